@@ -1,0 +1,3 @@
+from hipq.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""The daemon: store + reconciler + APScheduler, with a graceful shutdown.
+
+``Daemon.run(stop=event, ready=event)`` opens the store, migrates it, applies the
+YAML queues (an upsert), and runs the reconcile tick as an APScheduler interval
+job, woken early (debounced) by work arriving in this process. On ``stop`` it
+stops fetching, lets in-flight launches finish and be recorded, runs a final
+persist-only tick, releases its leases and closes the pool; running jobs stay
+running in the database for the next owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from hipq.clock import Clock, SystemClock
+from hipq.config import Settings
+from hipq.errors import HipqError, TransientStoreError
+from hipq.reconciler import Reconciler
+from hipq.service import Hipq
+from hipq.store import SQLStore, open_store
+from hipq.targets import Target
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+PRUNE_INTERVAL_SECONDS = 3600.0
+PRUNE_BATCH = 1000
+
+
+def make_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Daemon:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None,
+                 memory_targets: Mapping[str, Target] | None = None,
+                 migrate: bool = True) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.memory_targets = memory_targets
+        self.migrate = migrate
+        self.owner = make_owner_id()
+        self.store: SQLStore | None = None
+        self.service: Hipq | None = None
+        self.reconciler: Reconciler | None = None
+        self._scheduler: AsyncIOScheduler | None = None
+        self._tick_lock = asyncio.Lock()
+        self._again = False
+        self._wake_handle: asyncio.TimerHandle | None = None
+
+    async def open(self) -> Hipq:
+        """Open and migrate the store, apply the YAML queues; return the service."""
+        self.store = await open_store(self.settings.database.url,
+                                      pool_size=self.settings.database.pool_size)
+        try:
+            if self.migrate:
+                await self.store.migrate()
+            else:
+                await self.store.check_schema()
+            self.service = Hipq(self.store, clock=self.clock, on_work=self.wake)
+            for queue in self.settings.queues:
+                await self.service.create_queue(queue)
+        except BaseException:
+            await self.store.close()
+            raise
+        self.reconciler = Reconciler(self.store, clock=self.clock, owner=self.owner,
+                                     config=self.settings.reconcile,
+                                     responses=self.settings.responses,
+                                     memory_targets=self.memory_targets, on_wake=self.wake)
+        return self.service
+
+    async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+        if self.service is None:
+            await self.open()
+        self._start_scheduler()
+        log.info("hipq running as %s (database %s)", self.owner,
+                 self.settings.database.url.split("@")[-1], extra={"action": "start"})
+        if ready is not None:
+            ready.set()
+        try:
+            await stop.wait()
+        finally:
+            await self.shutdown()
+
+    def _start_scheduler(self) -> None:
+        scheduler = AsyncIOScheduler(timezone=UTC)
+        scheduler.add_job(self.tick, "interval", id="reconcile",
+                          seconds=self.settings.reconcile.interval_seconds,
+                          next_run_time=datetime.now(UTC), max_instances=3, coalesce=True,
+                          misfire_grace_time=None)
+        scheduler.add_job(self.prune, "interval", id="prune", seconds=PRUNE_INTERVAL_SECONDS,
+                          max_instances=1, coalesce=True)
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def wake(self) -> None:
+        """Run a tick soon (debounced); safe to call often and from callbacks."""
+        if self._tick_lock.locked():
+            self._again = True
+            return
+        if self._wake_handle is not None or self._scheduler is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._wake_handle = loop.call_later(self.settings.reconcile.debounce_seconds,
+                                            self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._wake_handle = None
+        task = asyncio.ensure_future(self.tick())
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def tick(self) -> None:
+        """One reconcile pass (repeated while work keeps arriving); never raises."""
+        if self._tick_lock.locked():
+            self._again = True
+            return
+        assert self.reconciler is not None
+        async with self._tick_lock:
+            self._again = True
+            while self._again:
+                self._again = False
+                try:
+                    await self.reconciler.run_once()
+                except TransientStoreError as exc:
+                    log.warning("reconcile tick skipped: %s", exc, extra={"action": "tick_error"})
+                    return
+                except Exception:
+                    log.exception("reconcile tick failed", extra={"action": "tick_error"})
+                    return
+                if self._again:
+                    await asyncio.sleep(self.settings.reconcile.debounce_seconds)  # noqa: TID251
+
+    async def prune(self) -> None:
+        assert self.store is not None
+        before = self.clock.now() - timedelta(days=self.settings.archive.retention_days)
+        try:
+            pruned = PRUNE_BATCH
+            while pruned == PRUNE_BATCH:  # small batches: no long transaction, no lock pile-up
+                pruned = await self.store.archive_prune(before=before, limit=PRUNE_BATCH)
+        except HipqError as exc:
+            log.warning("archive pruning failed: %s", exc, extra={"action": "prune_error"})
+
+    async def shutdown(self) -> None:
+        log.info("shutting down", extra={"action": "stop"})
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        try:
+            if self.reconciler is not None:
+                self.reconciler.stop()
+                async with self._tick_lock:
+                    try:
+                        await asyncio.wait_for(self.reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
+                    except TimeoutError:
+                        log.warning("some launches were still in flight at shutdown")
+                    await self.reconciler.run_once()
+            if self.store is not None:
+                await self.store.lease_release_all(owner=self.owner)
+        except HipqError as exc:
+            log.warning("shutdown could not persist everything: %s", exc)
+        finally:
+            if self.store is not None:
+                await self.store.close()

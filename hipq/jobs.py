@@ -1,0 +1,185 @@
+"""Jobs and their states: pure data, no I/O.
+
+A job lives in the hot ``jobs`` table while it is ``queued`` or ``running`` and
+moves to ``archived_jobs`` when it reaches a terminal state. Only the reconciler
+(and, for queued jobs, an explicit cancel) moves jobs between states; every move
+is a guarded update, so replaying it is harmless.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+DEFAULT_PRIORITY = 100
+DEFAULT_TIMEOUT_SECONDS = 86400.0
+JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"  # enqueue, or the reconciler after a retryable failed try
+    RUNNING = "running"  # the reconciler, when it launches the job (step 4)
+    SUCCEEDED = "succeeded"  # the reconciler, when a success response is applied
+    FAILED = "failed"  # the reconciler: retries exhausted, not retryable, or given up
+    EXPIRED = "expired"  # the reconciler: expires_at passed before launch
+    CANCELLED = "cancelled"  # a user (API/CLI) for a queued job; the reconciler for a running one
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.EXPIRED, JobState.CANCELLED}
+)
+
+
+class DeliveryStrategy(StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+
+
+class Ordering(StrEnum):
+    TIME_THEN_PRIORITY = "time_then_priority"
+    PRIORITY_THEN_TIME = "priority_then_time"
+
+
+class ErrorKind(StrEnum):
+    TIMEOUT = "timeout"  # the deadline (launch + timeout, or heartbeat) passed
+    HTTP_STATUS = "http_status"  # the downstream answered with a failing status
+    TRANSPORT = "transport"  # the launch could not be delivered
+    RESPONSE_FAILED = "response_failed"  # the downstream reported failure
+    LOST = "lost"  # the owner died before the launch was confirmed
+    PLUGIN = "plugin"  # a plugin raised while deciding about this job
+
+
+# Kinds whose outcome is unknown: an at_most_once queue never retries them.
+UNKNOWN_OUTCOME_KINDS: frozenset[str] = frozenset({str(ErrorKind.TIMEOUT), str(ErrorKind.LOST)})
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """Why a try failed. ``retryable=False`` fails the job at once."""
+
+    kind: str
+    detail: str = ""
+    retryable: bool = True
+    data: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "detail": self.detail}
+        if not self.retryable:
+            out["retryable"] = False
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> JobError | None:
+        if not isinstance(raw, dict):
+            return None
+        return cls(
+            kind=str(raw.get("kind", "")),
+            detail=str(raw.get("detail", "")),
+            retryable=bool(raw.get("retryable", True)),
+            data=raw.get("data"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """One job, as stored. Plugins receive deep copies (snapshots) of these."""
+
+    id: str
+    queue: str
+    data: dict[str, Any] = field(default_factory=dict)
+    status: JobState = JobState.QUEUED
+    run_at: datetime
+    expires_at: datetime | None = None
+    priority: int = DEFAULT_PRIORITY
+    weight: int = 1
+    critical: bool = False
+    time_windows: list[dict[str, str]] | None = None
+    timezone: str | None = None
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    correlation_key: str | None = None
+    correlation_fixed: bool = False
+    ordering_key: str | None = None
+    attempt: int = 0
+    max_attempts: int = 1
+    created_at: datetime
+    updated_at: datetime
+    launched_at: datetime | None = None
+    deadline: datetime | None = None
+    owner: str | None = None
+    launch_confirmed: bool = False
+    result: Any = None
+    error: dict[str, Any] | None = None
+    replay_of: str | None = None
+    token: str = ""
+    body_hash: str = ""
+    finished_at: datetime | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.queue, self.id)
+
+    def snapshot(self) -> Job:
+        """A deep copy: what a plugin may look at (and scribble on) freely."""
+        return replace(self, data=copy.deepcopy(self.data), result=copy.deepcopy(self.result),
+                       error=copy.deepcopy(self.error),
+                       time_windows=copy.deepcopy(self.time_windows))
+
+    def to_json(self) -> dict[str, Any]:
+        """The public JSON shape of a job (history is added by the caller)."""
+        return {
+            "id": self.id,
+            "queue": self.queue,
+            "status": str(self.status),
+            "data": self.data,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "run_at": _iso(self.run_at),
+            "expires_at": _iso(self.expires_at),
+            "priority": self.priority,
+            "weight": self.weight,
+            "critical": self.critical,
+            "correlation_key": self.correlation_key,
+            "ordering_key": self.ordering_key,
+            "timeout_seconds": self.timeout_seconds,
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+            "launched_at": _iso(self.launched_at),
+            "finished_at": _iso(self.finished_at),
+            "result": self.result,
+            "error": self.error,
+            "replay_of": self.replay_of,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One try of a job, as recorded in ``job_attempts``."""
+
+    attempt: int
+    launched_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    error: dict[str, Any] | None = None
+    response: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "launched_at": _iso(self.launched_at),
+            "finished_at": _iso(self.finished_at),
+            "outcome": self.outcome,
+            "error": self.error,
+        }

@@ -1,0 +1,572 @@
+"""The reconcile loop: ``run_once()`` does one tick; the daemon calls it again.
+
+State model. The **current batch** is this daemon's in-memory view of the running
+jobs of the queues it holds a lease on: one :class:`Entry` per job, keyed by
+(queue, id). The database is authoritative; the batch is a cache that is only
+ever changed after the database says so:
+
+0. Apply responses from the inbox to entries of the batch (matched by correlation
+   key; stale attempts and duplicates are marked, not applied); mark entries whose
+   deadline passed as errored with ``timeout``. Sweep other pending responses
+   (late ones go on the job's history, unknown ones expire to ``unmatched``).
+1. For each held, unpaused queue with a target, fetch due jobs in queue order,
+   bounded by the free capacity (never the whole backlog).
+2. Run the queue's throttler over them (with the running entries) -> launch /
+   reschedule / drop. Expired candidates are archived before the throttler.
+3. Take a defensive copy of the batch, run retry strategies over copies in error,
+   persist every changed copy in one transaction, and drop the jobs that are no
+   longer running from the batch.
+4. Mark the new batch running in one statement per queue and add it to the batch.
+5. Launch the new batch concurrently (bounded) in the background. Launch results
+   are recorded in batches (confirmation + immediate outcomes, one transaction)
+   and wake the loop; immediate outcomes travel through the inbox like any other
+   response, so they survive a crash.
+
+Invariants: a job is never re-run from memory (once it leaves ``running`` it is
+saved and dropped, and runs again only after being fetched); no transaction is
+held across network I/O; a tick costs O(batch), not O(backlog).
+
+Failure modes: a crash loses only the batch; the next owner adopts running jobs
+from the database (confirmed launches wait for their response or deadline,
+unconfirmed ones fail with ``lost``). A database error aborts the tick before
+anything launches; the next tick starts from the database again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq.clock import Clock
+from hipq.config import QueueConfig, ReconcileConfig, ResponsesConfig
+from hipq.errors import HipqError, LaunchError
+from hipq.jobs import ErrorKind, Job, JobError, JobState
+from hipq.plugins import GiveUp, RetryContext, ThrottleContext, Throttler, ThrottleResult
+from hipq.retry import RetryFn, build_retry, decide
+from hipq.store import (
+    Change,
+    ChangeKind,
+    InboxOutcome,
+    InboxRow,
+    QueueRecord,
+    Response,
+    SQLStore,
+)
+from hipq.targets import Accepted, Completed, LaunchOutcome, Target, build_target
+from hipq.throttling import build_throttler
+
+log = logging.getLogger(__name__)
+
+SWEEP_LIMIT = 500
+SWEEP_GRACE = timedelta(seconds=1)
+EXPIRY_SWEEP_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a try ended, as known in memory before it is persisted."""
+
+    status: str  # succeeded | failed | cancelled
+    result: Any = None
+    error: JobError | None = None
+    response: Any = None
+
+
+@dataclass(slots=True)
+class Entry:
+    job: Job
+    deadline: datetime | None
+    outcome: Outcome | None = None
+    inbox_ids: list[int] = field(default_factory=list)
+    extended: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    fetched: int = 0
+    launched: int = 0
+    rescheduled: int = 0
+    dropped: int = 0
+    expired: int = 0
+    retried: int = 0
+    finished: int = 0
+    timed_out: int = 0
+    responses_applied: int = 0
+    adopted: int = 0
+    throttler_errors: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
+
+
+@dataclass(slots=True)
+class _Counters:
+    values: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, n: int = 1) -> None:
+        if n:
+            self.values[name] = self.values.get(name, 0) + n
+
+    def result(self) -> ReconcileResult:
+        return ReconcileResult(**self.values)
+
+
+@dataclass(slots=True)
+class _QueueRuntime:
+    """What a queue's settings build: kept until the settings change."""
+
+    config: QueueConfig
+    throttler: Throttler
+    retry: RetryFn
+    target: Target | None
+
+
+@dataclass(slots=True)
+class _LaunchResult:
+    job: Job
+    outcome: LaunchOutcome | None  # None: the launch raised
+    error: JobError | None = None
+
+
+class Reconciler:
+    def __init__(self, store: SQLStore, *, clock: Clock, owner: str,
+                 config: ReconcileConfig | None = None,
+                 responses: ResponsesConfig | None = None,
+                 memory_targets: Mapping[str, Target] | None = None,
+                 on_wake: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.owner = owner
+        self.config = config or ReconcileConfig()
+        self.responses = responses or ResponsesConfig()
+        self.memory_targets = memory_targets
+        self.on_wake = on_wake
+        self.batch: dict[tuple[str, str], Entry] = {}
+        self.held: set[str] = set()
+        self._runtimes: dict[str, _QueueRuntime] = {}
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._results: list[_LaunchResult] = []
+        self._flush_lock = asyncio.Lock()
+        self._launch_slots = asyncio.Semaphore(self.config.launch_concurrency)
+        self._sweep_after = 0
+        self._stopping = False
+
+    # -- the tick ----------------------------------------------------------------
+
+    async def run_once(self) -> ReconcileResult:
+        counters = _Counters()
+        now = self.clock.now()
+        queues = {q.id: q for q in await self.store.queue_list()}
+        await self._leases(queues, now, counters)
+        await self._apply_inbox(now, counters)
+        self._mark_timeouts(now, counters)
+        await self._sweep_inbox(now)
+        counters.add("expired", len(await self.store.job_expired_sweep(
+            now=now, limit=EXPIRY_SWEEP_LIMIT)))
+        chosen = await self._select(queues, now, counters)
+        await self._persist(queues, now, counters)
+        if not self._stopping:
+            launched = await self._mark_running(queues, chosen, now)
+            counters.add("launched", len(launched))
+            self._launch(launched)
+        result = counters.result()
+        if result.changed:
+            log.info("reconcile tick: %s", dict(counters.values),
+                     extra={"action": "tick"})
+        return result
+
+    # -- leases and adoption -----------------------------------------------------
+
+    async def _leases(self, queues: Mapping[str, QueueRecord], now: datetime,
+                      counters: _Counters) -> None:
+        held = await self.store.lease_acquire_many(
+            queues=list(queues), owner=self.owner, now=now, seconds=self.config.lease_seconds)
+        for lost in self.held - held:
+            log.warning("lost the lease on queue %s", lost, extra={"action": "lease_lost"})
+            self.batch = {k: e for k, e in self.batch.items() if k[0] != lost}
+        for gained in sorted(held - self.held):
+            counters.add("adopted", await self._adopt(gained, now))
+        self.held = held
+
+    async def _adopt(self, queue: str, now: datetime) -> int:
+        """Take over the running jobs of a queue whose lease we just acquired."""
+        running = await self.store.job_load_running(queue=queue)
+        await self.store.job_adopt_many(queue=queue, ids=[j.id for j in running],
+                                        owner=self.owner, now=now)
+        for job in running:
+            job = replace(job, owner=self.owner)
+            entry = Entry(job=job, deadline=job.deadline)
+            if not job.launch_confirmed:
+                entry.outcome = Outcome(status="failed", error=JobError(
+                    kind=ErrorKind.LOST, detail="the daemon that launched this try died "
+                                                "before the launch was confirmed"))
+            self.batch[job.key] = entry
+        if running:
+            log.info("adopted %d running jobs of queue %s", len(running), queue,
+                     extra={"action": "adopt", "queue": queue})
+        return len(running)
+
+    # -- step 0: responses and timeouts --------------------------------------------
+
+    async def _apply_inbox(self, now: datetime, counters: _Counters) -> None:
+        by_key = {e.job.correlation_key: e for e in self.batch.values() if e.job.correlation_key}
+        rows = await self.store.inbox_pending_for_keys(list(by_key))
+        marks: list[tuple[int, InboxOutcome]] = []
+        for row in rows:
+            entry = by_key[row.correlation_key]
+            verdict = self._apply_row(entry, row, now)
+            if verdict is None:
+                counters.add("responses_applied")
+            else:
+                marks.append((row.id, verdict))
+        if marks:
+            await self.store.inbox_mark_many(marks, now=now)
+
+    def _apply_row(self, entry: Entry, row: InboxRow, now: datetime) -> InboxOutcome | None:
+        """Apply one response to its entry; None if applied, else why not."""
+        if row.attempt is not None and row.attempt != entry.job.attempt:
+            return InboxOutcome.STALE
+        if entry.outcome is not None:
+            return InboxOutcome.DUPLICATE
+        entry.inbox_ids.append(row.id)
+        if row.status == "running":
+            entry.deadline = self._extended_deadline(entry, row, now)
+            entry.extended = True
+            return None
+        entry.outcome = _outcome_from_row(row)
+        return None
+
+    def _extended_deadline(self, entry: Entry, row: InboxRow, now: datetime) -> datetime:
+        runtime = self._runtimes.get(entry.job.queue)
+        seconds = row.extend_seconds
+        if seconds is None and runtime is not None:
+            seconds = runtime.config.heartbeat_timeout_seconds
+        if seconds is None:
+            seconds = entry.job.timeout_seconds
+        pushed = now + timedelta(seconds=seconds)
+        return pushed if entry.deadline is None else max(entry.deadline, pushed)
+
+    def _mark_timeouts(self, now: datetime, counters: _Counters) -> None:
+        for entry in self.batch.values():
+            if entry.outcome is None and entry.deadline is not None and entry.deadline <= now:
+                entry.outcome = Outcome(status="failed", error=JobError(
+                    kind=ErrorKind.TIMEOUT, detail=f"no response by {entry.deadline.isoformat()}"))
+                counters.add("timed_out")
+
+    async def _sweep_inbox(self, now: datetime) -> None:
+        """Classify pending responses that match nothing in the batch (bounded)."""
+        rows = await self.store.inbox_pending_scan(after_id=self._sweep_after,
+                                                   before=now - SWEEP_GRACE, limit=SWEEP_LIMIT)
+        self._sweep_after = rows[-1].id if len(rows) == SWEEP_LIMIT else 0
+        in_batch = {e.job.correlation_key for e in self.batch.values()}
+        rows = [r for r in rows if r.correlation_key not in in_batch]
+        if not rows:
+            return
+        keys = list({r.correlation_key for r in rows})
+        live = await self.store.job_keys_lookup(keys)
+        past = await self.store.archived_by_attempt_keys([k for k in keys if k not in live])
+        late: list[tuple[str, str, InboxRow]] = []
+        marks: list[tuple[int, InboxOutcome]] = []
+        expiry = now - timedelta(seconds=self.responses.buffer_seconds)
+        for row in rows:
+            if row.correlation_key in live:
+                continue  # the job is queued or owned elsewhere: keep it for its owner
+            if row.correlation_key in past:
+                queue, job_id = past[row.correlation_key]
+                late.append((queue, job_id, row))
+                marks.append((row.id, InboxOutcome.LATE))
+            elif row.received_at < expiry:
+                marks.append((row.id, InboxOutcome.UNMATCHED))
+                log.warning("unmatched response for correlation key %s", row.correlation_key,
+                            extra={"action": "response_unmatched"})
+        await self.store.attempt_record_late_many(late, now=now)
+        await self.store.inbox_mark_many(marks, now=now)
+
+    # -- steps 1 and 2: fetch and throttle ------------------------------------------
+
+    def _runtime(self, record: QueueRecord) -> _QueueRuntime:
+        current = self._runtimes.get(record.id)
+        if current is not None and current.config == record.config:
+            return current
+        config = record.config
+        target = None
+        if config.target is not None:
+            target = build_target(config.target, memory=self.memory_targets)
+        runtime = _QueueRuntime(config=config, throttler=build_throttler(config),
+                                retry=build_retry(config.retry), target=target)
+        self._runtimes[record.id] = runtime
+        return runtime
+
+    async def _select(self, queues: Mapping[str, QueueRecord], now: datetime,
+                      counters: _Counters) -> dict[str, list[str]]:
+        chosen: dict[str, list[str]] = {}
+        for queue_id in sorted(self.held):
+            record = queues[queue_id]
+            try:
+                runtime = self._runtime(record)
+            except HipqError as exc:
+                log.error("queue %s cannot run: %s", queue_id, exc,
+                          extra={"action": "queue_config_error", "queue": queue_id})
+                continue
+            if record.paused or runtime.target is None or self._stopping:
+                continue
+            ids = await self._select_queue(runtime, now, counters)
+            if ids:
+                chosen[queue_id] = ids
+        return chosen
+
+    def _running(self, queue: str) -> list[Job]:
+        """Running jobs of a queue that still hold capacity (no outcome yet)."""
+        return [e.job for k, e in self.batch.items() if k[0] == queue and e.outcome is None]
+
+    async def _select_queue(self, runtime: _QueueRuntime, now: datetime,
+                            counters: _Counters) -> list[str]:
+        config = runtime.config
+        running = self._running(config.id)
+        candidates = await self._fetch(config, running, now)
+        counters.add("fetched", len(candidates))
+        if not candidates:
+            return []
+        candidates = await self._expire(config.id, candidates, now, counters)
+        ctx = ThrottleContext(queue=config, candidates=[j.snapshot() for j in candidates],
+                              running=[j.snapshot() for j in running], now=now)
+        try:
+            decision = runtime.throttler.select(ctx)
+        except Exception:
+            log.exception("throttler of queue %s raised; nothing launches this tick", config.id,
+                          extra={"action": "plugin_error", "queue": config.id})
+            counters.add("throttler_errors")
+            return []
+        return await self._apply_decision(config.id, candidates, decision, now, counters)
+
+    async def _fetch(self, config: QueueConfig, running: Sequence[Job],
+                     now: datetime) -> list[Job]:
+        limit = self.config.fetch_limit
+        normal_free = _free(config.concurrency, (j for j in running if not j.critical), limit)
+        critical_free = _free(config.effective_critical_concurrency,
+                              (j for j in running if j.critical), limit)
+        jobs: list[Job] = []
+        if normal_free > 0:
+            jobs = await self.store.job_fetch_due(queue=config.id, now=now, limit=normal_free,
+                                                  ordering=config.ordering)
+        if critical_free > 0:
+            seen = {j.id for j in jobs}
+            extra = await self.store.job_fetch_due(queue=config.id, now=now, limit=critical_free,
+                                                   ordering=config.ordering, critical_only=True)
+            jobs.extend(j for j in extra if j.id not in seen)
+        return jobs
+
+    async def _expire(self, queue: str, candidates: list[Job], now: datetime,
+                      counters: _Counters) -> list[Job]:
+        expired = {j.id for j in candidates if j.expires_at is not None and j.expires_at <= now}
+        if not expired:
+            return candidates
+        error = {"kind": "expired", "detail": "expires_at passed before launch"}
+        done = await self.store.job_archive_queued_many(
+            queue=queue, ends=dict.fromkeys(expired, (JobState.EXPIRED.value, error)), now=now)
+        counters.add("expired", len(done))
+        return [j for j in candidates if j.id not in expired]
+
+    async def _apply_decision(self, queue: str, candidates: Sequence[Job],
+                              decision: ThrottleResult, now: datetime,
+                              counters: _Counters) -> list[str]:
+        known = {j.id for j in candidates}
+        launch: list[str] = []
+        for job in decision.launch:
+            if job.id in known and job.id not in launch:
+                launch.append(job.id)
+        reschedule = {i: at for i, at in decision.reschedule.items()
+                      if i in known and i not in launch}
+        drop = {i: r for i, r in decision.drop.items()
+                if i in known and i not in launch and i not in reschedule}
+        if reschedule:
+            counters.add("rescheduled", await self.store.job_reschedule_many(
+                queue=queue, run_ats=reschedule, now=now))
+        if drop:
+            ends = {i: (JobState.EXPIRED.value if reason == "expired" else JobState.FAILED.value,
+                        {"kind": "dropped", "detail": reason}) for i, reason in drop.items()}
+            counters.add("dropped", len(await self.store.job_archive_queued_many(
+                queue=queue, ends=ends, now=now)))
+        return launch
+
+    # -- step 3: retries and persistence ---------------------------------------------
+
+    async def _persist(self, queues: Mapping[str, QueueRecord], now: datetime,
+                       counters: _Counters) -> None:
+        copies = {key: (entry.job.snapshot(), entry.outcome, entry.deadline,
+                        tuple(entry.inbox_ids), entry.extended)
+                  for key, entry in self.batch.items()
+                  if entry.outcome is not None or entry.extended}
+        if not copies:
+            return
+        changes = [self._change(queues, job, outcome, deadline, inbox_ids, counters, now)
+                   for job, outcome, deadline, inbox_ids, _ in copies.values()]
+        applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
+        for change in changes:
+            key = (change.queue, change.id)
+            entry = self.batch.get(key)
+            if entry is None:
+                continue
+            if change.kind is ChangeKind.EXTEND and key in applied:
+                entry.extended = False
+                entry.inbox_ids.clear()
+                entry.job = replace(entry.job, deadline=change.deadline)
+            else:  # ended, re-queued, or no longer ours: it leaves the batch either way
+                del self.batch[key]
+
+    def _change(self, queues: Mapping[str, QueueRecord], job: Job, outcome: Outcome | None,
+                deadline: datetime | None, inbox_ids: tuple[int, ...], counters: _Counters,
+                now: datetime) -> Change:
+        common: dict[str, Any] = {
+            "queue": job.queue, "id": job.id, "attempt": job.attempt, "inbox_ids": inbox_ids,
+            "launched_at": job.launched_at, "correlation_key": job.correlation_key}
+        if outcome is None:
+            return Change(kind=ChangeKind.EXTEND, deadline=deadline, **common)
+        if outcome.status in (JobState.SUCCEEDED, JobState.CANCELLED):
+            counters.add("finished")
+            return Change(kind=ChangeKind.ARCHIVE, status=outcome.status, result=outcome.result,
+                          error=None if outcome.error is None else outcome.error.to_json(),
+                          outcome=outcome.status, response=outcome.response, **common)
+        error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
+        record = queues.get(job.queue)
+        config = record.config if record is not None else None
+        runtime = self._runtimes.get(job.queue)
+        if config is None or runtime is None:
+            verdict: Any = GiveUp("the queue no longer exists")
+        else:
+            ctx = RetryContext(job=job.snapshot(), error=error, now=now)
+            verdict = decide(config, runtime.retry, ctx)
+        if isinstance(verdict, GiveUp):
+            counters.add("finished")
+            return Change(kind=ChangeKind.ARCHIVE, status=JobState.FAILED.value,
+                          result=outcome.result,
+                          error={**error.to_json(), "gave_up": verdict.reason},
+                          outcome=error.kind, response=outcome.response, **common)
+        counters.add("retried")
+        return Change(kind=ChangeKind.REQUEUE, run_at=verdict.at, data=verdict.data,
+                      error=error.to_json(), outcome=error.kind, response=outcome.response,
+                      **common)
+
+    # -- steps 4 and 5: mark running and launch ----------------------------------------
+
+    async def _mark_running(self, queues: Mapping[str, QueueRecord],
+                            chosen: Mapping[str, list[str]], now: datetime) -> list[Job]:
+        launched: list[Job] = []
+        for queue_id, ids in chosen.items():
+            config = queues[queue_id].config
+            jobs = await self.store.job_mark_running_many(
+                queue=queue_id, ids=ids, now=now, owner=self.owner,
+                heartbeat_seconds=config.heartbeat_timeout_seconds)
+            for job in jobs:
+                self.batch[job.key] = Entry(job=job, deadline=job.deadline)
+            launched.extend(jobs)
+        return launched
+
+    def _launch(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            runtime = self._runtimes[job.queue]
+            assert runtime.target is not None
+            task = asyncio.create_task(self._launch_one(runtime.target, job))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _launch_one(self, target: Target, job: Job) -> None:
+        async with self._launch_slots:
+            try:
+                outcome: LaunchOutcome | None = await target.launch(job.snapshot())
+                error = None
+            except LaunchError as exc:
+                outcome, error = None, JobError(kind=exc.kind, detail=str(exc),
+                                                retryable=exc.retryable)
+            except Exception as exc:
+                outcome, error = None, JobError(kind=ErrorKind.TRANSPORT, detail=repr(exc)[:1000])
+        self._results.append(_LaunchResult(job=job, outcome=outcome, error=error))
+        if len(self._results) == 1:
+            asyncio.get_running_loop().call_soon(self._schedule_flush)
+
+    def _schedule_flush(self) -> None:
+        task = asyncio.create_task(self.flush_launches())
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def flush_launches(self) -> None:
+        """Record finished launches: confirmations and immediate outcomes, one
+        transaction. Failed launches go to the inbox as failed responses."""
+        async with self._flush_lock:
+            results, self._results = self._results, []
+            if not results:
+                return
+            confirm = [(r.job.queue, r.job.id, r.job.attempt) for r in results
+                       if r.outcome is not None]
+            responses = [_launch_response(r) for r in results]
+            try:
+                await self.store.launch_results_record(
+                    confirm=confirm, responses=[x for x in responses if x is not None],
+                    owner=self.owner, now=self.clock.now())
+            except HipqError:
+                log.exception("could not record %d launch results; will retry", len(results))
+                self._results[:0] = results
+                await self.clock.sleep(0.5)
+                self._schedule_flush()
+                return
+        if self.on_wake is not None:
+            self.on_wake()
+
+    async def drain(self) -> None:
+        """Wait until every launch of earlier ticks has finished and been recorded."""
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        await self.flush_launches()
+
+    def stop(self) -> None:
+        """Stop launching new jobs (graceful shutdown); running jobs stay running."""
+        self._stopping = True
+
+
+def _free(capacity: int | None, running: Iterable[Job], limit: int) -> int:
+    if capacity is None:
+        return limit
+    used: int = sum(j.weight for j in running)
+    return max(min(capacity - used, limit), 0)
+
+
+def _outcome_from_row(row: InboxRow) -> Outcome:
+    if row.status == "succeeded":
+        return Outcome(status=JobState.SUCCEEDED.value, result=row.result,
+                       response={"source": row.source})
+    if row.status == "cancelled":
+        return Outcome(status=JobState.CANCELLED.value, error=JobError(
+            kind="cancelled", detail="cancelled by a user", retryable=False))
+    raw = row.error if isinstance(row.error, dict) else {}
+    detail = raw.get("detail") or raw.get("message") or (row.error if isinstance(row.error, str)
+                                                         else "")
+    error = JobError(kind=str(raw.get("kind") or ErrorKind.RESPONSE_FAILED), detail=str(detail),
+                     retryable=row.retryable is not False,
+                     data=row.error if not isinstance(row.error, str) else None)
+    return Outcome(status=JobState.FAILED.value, result=row.result, error=error,
+                   response={"source": row.source})
+
+
+def _launch_response(result: _LaunchResult) -> Response | None:
+    job = result.job
+    key = job.correlation_key or ""
+    if result.outcome is None:
+        error = result.error or JobError(kind=ErrorKind.TRANSPORT)
+        return Response(correlation_key=key, attempt=job.attempt, status="failed",
+                        retryable=error.retryable, source="launch",
+                        error={"kind": error.kind, "detail": error.detail})
+    if isinstance(result.outcome, Accepted):
+        return None
+    done: Completed = result.outcome
+    if done.status == "succeeded":
+        return Response(correlation_key=key, attempt=job.attempt, status="succeeded",
+                        result=done.result, source="target")
+    error_body = done.error if isinstance(done.error, dict) else {"detail": str(done.error or "")}
+    return Response(correlation_key=key, attempt=job.attempt, status="failed",
+                    retryable=done.retryable, result=done.result, source="target",
+                    error={"kind": done.kind, **error_body})

@@ -1,0 +1,1 @@
+"""Responses: correlation keys, and (later) HTTP and Kafka adapters."""

@@ -1,0 +1,122 @@
+"""Built-in retry strategies and the rules every strategy runs under.
+
+``decide(queue, strategy, ctx)`` applies the rules that hold whatever the
+strategy: ``max_attempts`` bounds all, ``retryable=False`` fails at once, and an
+``at_most_once`` queue never retries a try whose outcome is unknown (``lost``,
+``timeout``). Only then is the strategy asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from hipq.config import QueueConfig, RetryConfig
+from hipq.errors import ConfigError
+from hipq.jobs import UNKNOWN_OUTCOME_KINDS, DeliveryStrategy
+from hipq.plugins import GiveUp, Retry, RetryContext, instantiate
+
+log = logging.getLogger(__name__)
+
+RetryFn = Callable[[RetryContext], Retry | GiveUp]
+
+
+@dataclass(frozen=True, slots=True)
+class Exponential:
+    """``min(max, base * factor**(attempt-1))`` seconds, with full jitter by default."""
+
+    base_seconds: float = 1.0
+    factor: float = 2.0
+    max_seconds: float = 300.0
+    jitter: bool = True
+    rng: Callable[[], float] = random.random
+
+    def decide(self, ctx: RetryContext) -> Retry | GiveUp:
+        exponent = max(ctx.job.attempt - 1, 0)
+        ceiling = min(self.max_seconds, self.base_seconds * self.factor ** min(exponent, 64))
+        delay = ceiling * self.rng() if self.jitter else ceiling
+        return Retry(at=ctx.now + timedelta(seconds=delay))
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """The same delay after every failed try."""
+
+    delay_seconds: float = 10.0
+
+    def decide(self, ctx: RetryContext) -> Retry | GiveUp:
+        return Retry(at=ctx.now + timedelta(seconds=self.delay_seconds))
+
+
+@dataclass(frozen=True, slots=True)
+class NoRetry:
+    def decide(self, ctx: RetryContext) -> Retry | GiveUp:
+        return GiveUp("retry strategy 'none'")
+
+
+@dataclass(frozen=True, slots=True)
+class Lowkiq:
+    """lowkiq's curve: ``count**4 + 15 + rand(30) * (count + 1)`` seconds."""
+
+    rng: Callable[[int], int] = lambda n: random.randrange(n)
+
+    def decide(self, ctx: RetryContext) -> Retry | GiveUp:
+        count = max(ctx.job.attempt - 1, 0)
+        delay = count**4 + 15 + self.rng(30) * (count + 1)
+        return Retry(at=ctx.now + timedelta(seconds=delay))
+
+
+BUILTIN_STRATEGIES: Mapping[str, type[Any]] = {
+    "exponential": Exponential,
+    "fixed": Fixed,
+    "none": NoRetry,
+    "lowkiq": Lowkiq,
+}
+DEFAULT_STRATEGY = "exponential"
+
+
+def build_retry(config: RetryConfig) -> RetryFn:
+    """The decision function for a queue's ``retry`` config."""
+    options = config.all_options()
+    if config.plugin:
+        return instantiate(config.plugin, options, "decide")
+    name = config.strategy or DEFAULT_STRATEGY
+    cls = BUILTIN_STRATEGIES.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown retry strategy {name!r} "
+                          f"(built-ins: {', '.join(sorted(BUILTIN_STRATEGIES))})")
+    try:
+        strategy = cls(**options)
+    except TypeError as exc:
+        raise ConfigError(f"retry strategy {name!r}: bad options {options!r}: {exc}") from None
+    return strategy.decide  # type: ignore[no-any-return]
+
+
+_FALLBACK = Exponential()
+
+
+def decide(queue: QueueConfig, strategy: RetryFn, ctx: RetryContext) -> Retry | GiveUp:
+    """What to do after a failed try, under the rules every strategy obeys."""
+    error = ctx.error
+    if not error.retryable:
+        return GiveUp(f"not retryable: {error.kind}")
+    if ctx.job.attempt >= ctx.job.max_attempts:
+        return GiveUp(f"max attempts ({ctx.job.max_attempts}) reached")
+    if (queue.delivery_strategy is DeliveryStrategy.AT_MOST_ONCE
+            and error.kind in UNKNOWN_OUTCOME_KINDS):
+        return GiveUp(f"at_most_once queue: outcome of the try is unknown ({error.kind})")
+    try:
+        decision = strategy(ctx)
+    except Exception:
+        log.exception("retry strategy of queue %s raised; using exponential backoff",
+                      queue.id, extra={"action": "plugin_error", "queue": queue.id})
+        return _FALLBACK.decide(ctx)
+    if not isinstance(decision, Retry | GiveUp):
+        log.error("retry strategy of queue %s returned %r; using exponential backoff",
+                  queue.id, decision, extra={"action": "plugin_error", "queue": queue.id})
+        return _FALLBACK.decide(ctx)
+    return decision

@@ -1,0 +1,220 @@
+"""The Python API: everything a user can do, for embedding, the CLI and the HTTP API.
+
+Handlers stay thin: they validate input and call these methods. The service never
+runs a tick itself; it writes to the database and calls ``on_work`` so a daemon
+in the same process can wake its reconcile loop early.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from hipq.clock import Clock, SystemClock
+from hipq.config import QueueConfig
+from hipq.errors import (
+    ConfigError,
+    ConflictError,
+    JobNotFound,
+    QueueNotFound,
+    StaleResponse,
+    ValidationError,
+)
+from hipq.jobs import Attempt, Job, JobState
+from hipq.responses.correlation import render
+from hipq.retry import build_retry
+from hipq.schemas import EnqueueRequest, ResponseRequest
+from hipq.store import (
+    InsertOutcome,
+    InsertStatus,
+    QueueRecord,
+    QueueStats,
+    Response,
+    SQLStore,
+)
+from hipq.throttling import build_throttler
+
+
+def new_job_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Hipq:
+    def __init__(self, store: SQLStore, *, clock: Clock | None = None,
+                 on_work: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.on_work = on_work
+
+    def _wake(self) -> None:
+        if self.on_work is not None:
+            self.on_work()
+
+    # -- queues ----------------------------------------------------------------
+
+    async def create_queue(self, config: QueueConfig) -> bool:
+        """Create or update a queue. Returns True if it was created."""
+        validate_queue(config)
+        created = await self.store.queue_upsert(config, now=self.clock.now())
+        self._wake()
+        return created
+
+    async def get_queue(self, queue: str) -> QueueRecord:
+        record = await self.store.queue_get(queue)
+        if record is None:
+            raise QueueNotFound(queue)
+        return record
+
+    async def list_queues(self) -> list[QueueRecord]:
+        return await self.store.queue_list()
+
+    async def set_paused(self, queue: str, paused: bool) -> QueueRecord:
+        if not await self.store.queue_set_paused(queue, paused, now=self.clock.now()):
+            raise QueueNotFound(queue)
+        self._wake()
+        return await self.get_queue(queue)
+
+    async def stats(self) -> list[QueueStats]:
+        return await self.store.queue_stats(now=self.clock.now())
+
+    # -- jobs --------------------------------------------------------------------
+
+    async def enqueue(self, queue: str, job_id: str | None,
+                      request: EnqueueRequest) -> InsertOutcome:
+        """Enqueue one job. A repeat with the same body returns the existing job
+        (``EXISTS``); the same id with another body raises :class:`ConflictError`."""
+        (outcome,) = await self.enqueue_many(queue, [(job_id or new_job_id(), request)])
+        if outcome.status is InsertStatus.CONFLICT:
+            raise ConflictError(outcome.error or "conflict", queue=queue, job_id=outcome.id)
+        if outcome.status is InsertStatus.INVALID:
+            raise ValidationError(outcome.error or "invalid job")
+        return outcome
+
+    async def enqueue_many(self, queue: str,
+                           items: Sequence[tuple[str, EnqueueRequest]]) -> list[InsertOutcome]:
+        """Enqueue many jobs in few statements; one outcome per item, in order."""
+        config = (await self.get_queue(queue)).config
+        now = self.clock.now()
+        results: dict[int, InsertOutcome] = {}
+        jobs: list[tuple[int, Job]] = []
+        for index, (job_id, request) in enumerate(items):
+            try:
+                jobs.append((index, build_job(config, job_id, request, now)))
+            except ValidationError as exc:
+                results[index] = InsertOutcome(id=job_id, status=InsertStatus.INVALID,
+                                               error=str(exc))
+        inserted = await self.store.job_insert_many([job for _, job in jobs])
+        for (index, _), outcome in zip(jobs, inserted, strict=True):
+            results[index] = outcome
+        if any(o.status is InsertStatus.CREATED for o in inserted):
+            self._wake()
+        return [results[i] for i in range(len(items))]
+
+    async def get_job(self, queue: str, job_id: str) -> tuple[Job, list[Attempt]]:
+        job = await self.store.job_get(queue, job_id)
+        if job is None:
+            raise JobNotFound(queue, job_id)
+        return job, await self.store.job_attempts(queue, job_id)
+
+    async def cancel(self, queue: str, job_id: str) -> Job:
+        """Cancel a queued job at once, or ask the owner of a running one to cancel
+        it (applied at its next tick). A finished job cannot be cancelled."""
+        now = self.clock.now()
+        cancelled = await self.store.job_cancel_queued(queue=queue, job_id=job_id, now=now)
+        if cancelled is not None:
+            return cancelled
+        job, _ = await self.get_job(queue, job_id)
+        if job.status is JobState.RUNNING and job.correlation_key:
+            await self.store.inbox_insert_many(
+                [Response(correlation_key=job.correlation_key, attempt=job.attempt,
+                          status="cancelled", retryable=False, source="cancel")], now=now)
+            self._wake()
+            return job
+        raise ConflictError(f"job {job_id!r} is {job.status} and cannot be cancelled",
+                            queue=queue, job_id=job_id)
+
+    async def replay(self, queue: str, job_id: str) -> Job:
+        """A new job with the same data, queued now (``replay_of`` set). Replaying an
+        expired job archives the new one as expired at once."""
+        original, _ = await self.get_job(queue, job_id)
+        if not original.status.terminal:
+            raise ConflictError(f"job {job_id!r} is {original.status}; only finished jobs "
+                                "can be replayed", queue=queue, job_id=job_id)
+        now = self.clock.now()
+        request = EnqueueRequest(data=original.data, priority=original.priority,
+                                 weight=original.weight, expires_at=original.expires_at,
+                                 timeout_seconds=original.timeout_seconds,
+                                 ordering_key=original.ordering_key, critical=original.critical)
+        config = (await self.get_queue(queue)).config
+        job = replace(build_job(config, new_job_id(), request, now), replay_of=original.id)
+        (outcome,) = await self.store.job_insert_many([job])
+        if original.status is JobState.EXPIRED or (job.expires_at and job.expires_at <= now):
+            error = {"kind": "expired", "detail": "replay of an expired job"}
+            ended = await self.store.job_archive_queued_many(
+                queue=queue, ends={job.id: (JobState.EXPIRED.value, error)}, now=now)
+            return ended[0] if ended else job
+        self._wake()
+        return outcome.job or job
+
+    # -- responses ---------------------------------------------------------------
+
+    async def report_response(self, correlation_key: str, response: ResponseRequest, *,
+                              source: str = "api", dedup_key: str | None = None) -> int | None:
+        """Write a response durably into the inbox (applied at the next tick).
+        Returns the inbox row id, or None if ``dedup_key`` was seen before."""
+        (row_id,) = await self.store.inbox_insert_many(
+            [Response(correlation_key=correlation_key, attempt=response.attempt,
+                      status=response.status, retryable=response.retryable,
+                      result=response.result, error=response.error,
+                      extend_seconds=response.extend_seconds, source=source,
+                      dedup_key=dedup_key)], now=self.clock.now())
+        self._wake()
+        return row_id
+
+    async def report_status(self, queue: str, job_id: str,
+                            response: ResponseRequest) -> int | None:
+        """rickover's status callback: the attempt must be the live one."""
+        job, _ = await self.get_job(queue, job_id)
+        if (job.status is not JobState.RUNNING or response.attempt is None
+                or response.attempt != job.attempt or not job.correlation_key):
+            raise StaleResponse(f"job {job_id!r} is {job.status} at attempt {job.attempt}; "
+                                f"a response for attempt {response.attempt} is stale",
+                                queue=queue, job_id=job_id)
+        return await self.report_response(job.correlation_key, response, source="callback")
+
+
+def validate_queue(config: QueueConfig) -> None:
+    """Build the queue's plugins once, so a bad plugin path fails at creation."""
+    try:
+        build_throttler(config)
+        build_retry(config.retry)
+    except ConfigError as exc:
+        raise ValidationError(f"queue {config.id!r}: {exc}") from None
+
+
+def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
+              now: datetime) -> Job:
+    weight = request.weight or config.default_weight
+    if config.concurrency is not None and weight > config.concurrency:
+        raise ValidationError(f"weight {weight} is larger than the queue's concurrency "
+                              f"{config.concurrency}: the job could never run")
+    if request.time_windows is not None:
+        raise ValidationError("time_windows are not supported by this version of hipq yet")
+    if request.ordering_key is not None:
+        raise ValidationError("ordering_key is not supported by this version of hipq yet")
+    fixed_key = request.correlation_key
+    if fixed_key is None and config.correlation and config.correlation.request:
+        fixed_key = render(config.correlation.request,
+                           {"id": job_id, "queue": config.id, "data": request.data})
+    return Job(
+        id=job_id, queue=config.id, data=request.data, status=JobState.QUEUED,
+        run_at=request.run_after or now, expires_at=request.expires_at,
+        priority=request.priority, weight=weight, critical=request.critical,
+        time_windows=None, timezone=request.timezone,
+        timeout_seconds=request.timeout_seconds or config.timeout_seconds,
+        correlation_key=fixed_key, correlation_fixed=fixed_key is not None,
+        ordering_key=request.ordering_key, attempt=0, max_attempts=config.attempts,
+        created_at=now, updated_at=now, token=uuid.uuid4().hex, body_hash=request.body_hash(),
+    )

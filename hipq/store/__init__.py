@@ -1,0 +1,29 @@
+"""Storage: one schema, one SQL store for PostgreSQL and SQLite."""
+
+from hipq.store.records import (
+    Change,
+    ChangeKind,
+    InboxOutcome,
+    InboxRow,
+    InsertOutcome,
+    InsertStatus,
+    QueueRecord,
+    QueueStats,
+    Response,
+)
+from hipq.store.sql import SQLStore, normalize_url, open_store
+
+__all__ = [
+    "Change",
+    "ChangeKind",
+    "InboxOutcome",
+    "InboxRow",
+    "InsertOutcome",
+    "InsertStatus",
+    "QueueRecord",
+    "QueueStats",
+    "Response",
+    "SQLStore",
+    "normalize_url",
+    "open_store",
+]

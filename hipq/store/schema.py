@@ -1,0 +1,221 @@
+"""The one schema definition, for PostgreSQL and SQLite.
+
+Timestamps are aware UTC datetimes in Python. PostgreSQL stores them as
+``timestamptz``; SQLite stores them as REAL seconds since the epoch, so that
+comparisons and ``add_seconds`` are plain arithmetic there. Status predicates that
+partial indexes depend on are rendered as SQL literals (``QUEUED``, ``RUNNING``),
+never as bind parameters, so PostgreSQL's generic plans can still use the indexes.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from hipq.clock import utc
+
+SCHEMA_VERSION = 1
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.Float())
+        return dialect.type_descriptor(sa.DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        value = utc(value)
+        return value.timestamp() if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return datetime.fromtimestamp(float(value), UTC)
+        return utc(value)
+
+
+class add_seconds(FunctionElement[datetime]):
+    """``timestamp + seconds`` in the dialect's own arithmetic."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+
+
+@compiles(add_seconds, "postgresql")
+def _add_seconds_pg(element: add_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    ts, secs = list(element.clauses)
+    return (f"({compiler.process(ts, **kw)} + make_interval(secs => "
+            f"{compiler.process(secs, **kw)}))")
+
+
+@compiles(add_seconds, "sqlite")
+def _add_seconds_sqlite(element: add_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    ts, secs = list(element.clauses)
+    return f"({compiler.process(ts, **kw)} + {compiler.process(secs, **kw)})"
+
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+QUEUED: sa.ColumnElement[str] = sa.literal_column("'queued'")
+RUNNING: sa.ColumnElement[str] = sa.literal_column("'running'")
+
+metadata = sa.MetaData()
+
+
+def _job_columns() -> list[sa.Column[Any]]:
+    return [
+        sa.Column("queue", sa.Text, nullable=False),
+        sa.Column("id", sa.Text, nullable=False),
+        sa.Column("token", sa.Text, nullable=False),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("data", JSON, nullable=False),
+        sa.Column("run_at", UTCDateTime, nullable=False),
+        sa.Column("expires_at", UTCDateTime),
+        sa.Column("priority", sa.Integer, nullable=False),
+        sa.Column("weight", sa.Integer, nullable=False),
+        sa.Column("critical", sa.Boolean, nullable=False),
+        sa.Column("time_windows", JSON),
+        sa.Column("timezone", sa.Text),
+        sa.Column("timeout_seconds", sa.Float, nullable=False),
+        sa.Column("correlation_key", sa.Text),
+        sa.Column("correlation_fixed", sa.Boolean, nullable=False),
+        sa.Column("ordering_key", sa.Text),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("max_attempts", sa.Integer, nullable=False),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+        sa.Column("updated_at", UTCDateTime, nullable=False),
+        sa.Column("launched_at", UTCDateTime),
+        sa.Column("deadline", UTCDateTime),
+        sa.Column("owner", sa.Text),
+        sa.Column("launch_confirmed", sa.Boolean, nullable=False),
+        sa.Column("result", JSON),
+        sa.Column("error", JSON),
+        sa.Column("replay_of", sa.Text),
+        sa.Column("body_hash", sa.Text, nullable=False),
+    ]
+
+
+queues = sa.Table(
+    "queues", metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("config", JSON, nullable=False),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+jobs = sa.Table(
+    "jobs", metadata, *_job_columns(),
+    sa.PrimaryKeyConstraint("queue", "id", name="jobs_pkey"),
+)
+sa.Index("ix_jobs_due_time", jobs.c.queue, jobs.c.run_at, jobs.c.priority, jobs.c.id,
+         postgresql_where=jobs.c.status == QUEUED, sqlite_where=jobs.c.status == QUEUED)
+sa.Index("ix_jobs_due_priority", jobs.c.queue, jobs.c.priority, jobs.c.run_at, jobs.c.id,
+         postgresql_where=jobs.c.status == QUEUED, sqlite_where=jobs.c.status == QUEUED)
+_critical = sa.and_(jobs.c.status == QUEUED, jobs.c.critical == sa.true())
+sa.Index("ix_jobs_due_critical", jobs.c.queue, jobs.c.run_at, jobs.c.priority, jobs.c.id,
+         postgresql_where=_critical, sqlite_where=_critical)
+sa.Index("ix_jobs_running", jobs.c.queue, jobs.c.deadline,
+         postgresql_where=jobs.c.status == RUNNING, sqlite_where=jobs.c.status == RUNNING)
+_expiring = sa.and_(jobs.c.status == QUEUED, jobs.c.expires_at.is_not(None))
+sa.Index("ix_jobs_expires", jobs.c.expires_at,
+         postgresql_where=_expiring, sqlite_where=_expiring)
+sa.Index("ux_jobs_correlation_key", jobs.c.correlation_key, unique=True)
+
+archived_jobs = sa.Table(
+    "archived_jobs", metadata, *_job_columns(),
+    sa.Column("finished_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
+)
+sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,
+         archived_jobs.c.id)
+sa.Index("ix_archived_jobs_status", archived_jobs.c.status, archived_jobs.c.finished_at)
+sa.Index("ix_archived_jobs_correlation_key", archived_jobs.c.correlation_key)
+
+job_attempts = sa.Table(
+    "job_attempts", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("job_id", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("correlation_key", sa.Text),
+    sa.Column("launched_at", UTCDateTime),
+    sa.Column("finished_at", UTCDateTime, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("error", JSON),
+    sa.Column("response", JSON),
+)
+sa.Index("ix_job_attempts_job", job_attempts.c.queue, job_attempts.c.job_id,
+         job_attempts.c.attempt)
+sa.Index("ix_job_attempts_finished", job_attempts.c.finished_at)
+
+response_inbox = sa.Table(
+    "response_inbox", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("correlation_key", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("retryable", sa.Boolean),
+    sa.Column("result", JSON),
+    sa.Column("error", JSON),
+    sa.Column("extend_seconds", sa.Float),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("dedup_key", sa.Text, unique=True),
+    sa.Column("received_at", UTCDateTime, nullable=False),
+    sa.Column("applied_at", UTCDateTime),
+    sa.Column("outcome", sa.Text),
+)
+_pending = response_inbox.c.applied_at.is_(None)
+sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,
+         postgresql_where=_pending, sqlite_where=_pending)
+sa.Index("ix_response_inbox_pending_received", response_inbox.c.received_at,
+         postgresql_where=_pending, sqlite_where=_pending)
+sa.Index("ix_response_inbox_applied", response_inbox.c.applied_at)
+
+leases = sa.Table(
+    "leases", metadata,
+    sa.Column("queue", sa.Text, primary_key=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("acquired_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)
+
+meta = sa.Table(
+    "hipq_meta", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+
+def render_postgres_ddl() -> str:
+    """The canonical PostgreSQL DDL (what ``schema.sql`` holds)."""
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    parts = [f"-- hipq schema version {SCHEMA_VERSION}. Generated from hipq/store/schema.py\n"
+             "-- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same."]
+    for table in metadata.sorted_tables:
+        parts.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
+        parts.extend(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";"
+                     for index in sorted(table.indexes, key=lambda i: str(i.name)))
+    return "\n\n".join(parts) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_postgres_ddl())

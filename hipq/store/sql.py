@@ -1,0 +1,775 @@
+"""The one SQL store, for PostgreSQL (asyncpg) and SQLite (aiosqlite).
+
+Every method is one short transaction; batch methods are named ``*_many`` and
+write with one statement per step. Updates of running jobs are guarded in their
+``WHERE`` (status, attempt, owner) so a repeat or a race changes nothing.
+Dialect differences are flags chosen once at construction: PostgreSQL claims rows
+with ``FOR UPDATE SKIP LOCKED``; SQLite is a single writer (``BEGIN IMMEDIATE``).
+Driver exceptions are translated to :mod:`hipq.errors` at this boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from hipq.config import QueueConfig
+from hipq.errors import SchemaError, StoreError, TransientStoreError
+from hipq.jobs import Attempt, Job, JobState, Ordering
+from hipq.store import schema as s
+from hipq.store.records import (
+    Change,
+    ChangeKind,
+    InboxOutcome,
+    InboxRow,
+    InsertOutcome,
+    InsertStatus,
+    QueueRecord,
+    QueueStats,
+    Response,
+)
+
+log = logging.getLogger(__name__)
+
+INSERT_CHUNK = 500  # rows per INSERT statement (stays under bind-parameter limits)
+_JOB_FIELDS = [c.name for c in s.jobs.columns]
+
+
+def _job(row: Any) -> Job:
+    m = row._mapping
+    values = {name: m[name] for name in _JOB_FIELDS}
+    values["status"] = JobState(values["status"])
+    if "finished_at" in m:
+        values["finished_at"] = m["finished_at"]
+    return Job(**values)
+
+
+def _job_values(job: Job) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in _JOB_FIELDS}
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class SQLStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.is_postgres = engine.dialect.name == "postgresql"
+        self._insert = postgresql.insert if self.is_postgres else sqlite.insert
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except (OperationalError, OSError, ConnectionError) as exc:
+            raise TransientStoreError(f"database unavailable: {exc}") from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise TransientStoreError(f"database connection lost: {exc}") from exc
+            raise
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def ping(self) -> None:
+        async with self._tx() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+
+    async def migrate(self) -> int:
+        """Create or upgrade the schema; idempotent. Returns the schema version."""
+        async with self._tx() as conn:
+            await conn.run_sync(s.metadata.create_all)
+            current = await self._version(conn)
+            if current is not None and current > s.SCHEMA_VERSION:
+                raise SchemaError(f"database schema version {current} is newer than this "
+                                  f"hipq ({s.SCHEMA_VERSION}); upgrade hipq")
+            stmt = self._insert(s.meta).values(key="schema_version",
+                                               value=str(s.SCHEMA_VERSION))
+            await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["key"], set_={"value": str(s.SCHEMA_VERSION)}))
+        return s.SCHEMA_VERSION
+
+    async def check_schema(self) -> None:
+        """Raise :class:`SchemaError` unless the database is migrated to this version."""
+        try:
+            async with self._tx() as conn:
+                version = await self._version(conn)
+        except DBAPIError:
+            version = None
+        if version != s.SCHEMA_VERSION:
+            raise SchemaError(f"database schema is at version {version}, expected "
+                              f"{s.SCHEMA_VERSION}: run 'hipq migrate'")
+
+    async def _version(self, conn: AsyncConnection) -> int | None:
+        has_meta = await conn.run_sync(lambda c: sa.inspect(c).has_table("hipq_meta"))
+        if not has_meta:
+            return None
+        value = await conn.scalar(sa.select(s.meta.c.value).where(
+            s.meta.c.key == "schema_version"))
+        return int(value) if value is not None else None
+
+    async def meta_get_or_set(self, key: str, value: str) -> str:
+        """Return the stored value of ``key``, storing ``value`` first if absent."""
+        async with self._tx() as conn:
+            await conn.execute(self._insert(s.meta).values(key=key, value=value)
+                               .on_conflict_do_nothing(index_elements=["key"]))
+            stored = await conn.scalar(sa.select(s.meta.c.value).where(s.meta.c.key == key))
+        return str(stored)
+
+    # -- queues ------------------------------------------------------------------
+
+    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
+        """Create or replace a queue's settings. Returns True if it was created."""
+        body = config.model_dump(mode="json", exclude_none=True)
+        async with self._tx() as conn:
+            existed = await conn.scalar(sa.select(sa.func.count()).select_from(s.queues)
+                                        .where(s.queues.c.id == config.id))
+            stmt = self._insert(s.queues).values(id=config.id, config=body, paused=config.paused,
+                                                 created_at=now, updated_at=now)
+            await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["id"],
+                set_={"config": body, "paused": config.paused, "updated_at": now}))
+        return not existed
+
+    async def queue_get(self, queue_id: str) -> QueueRecord | None:
+        async with self._tx() as conn:
+            row = (await conn.execute(sa.select(s.queues).where(s.queues.c.id == queue_id))).first()
+        return None if row is None else self._queue(row)
+
+    async def queue_list(self) -> list[QueueRecord]:
+        async with self._tx() as conn:
+            rows = (await conn.execute(sa.select(s.queues).order_by(s.queues.c.id))).all()
+        return [self._queue(row) for row in rows]
+
+    @staticmethod
+    def _queue(row: Any) -> QueueRecord:
+        config = QueueConfig.model_validate({**row.config, "paused": row.paused})
+        return QueueRecord(config=config, paused=row.paused, created_at=row.created_at,
+                           updated_at=row.updated_at)
+
+    async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
+        async with self._tx() as conn:
+            result = await conn.execute(s.queues.update().where(s.queues.c.id == queue_id)
+                                        .values(paused=paused, updated_at=now))
+        return bool(result.rowcount)
+
+    # -- enqueue -----------------------------------------------------------------
+
+    async def job_insert_many(self, new_jobs: Sequence[Job]) -> list[InsertOutcome]:
+        """Insert queued jobs, idempotently per (queue, id).
+
+        A job whose (queue, id) exists, live or archived, is ``exists`` when its
+        ``body_hash`` matches and ``conflict`` otherwise; a fixed correlation key
+        already used by a live job is a ``conflict`` too.
+        """
+        outcomes: dict[tuple[str, str], InsertOutcome] = {}
+        for chunk in _chunks(new_jobs, INSERT_CHUNK):
+            async with self._tx() as conn:
+                outcomes.update(await self._insert_chunk(conn, chunk))
+        return [outcomes[job.key] for job in new_jobs]
+
+    async def _insert_chunk(self, conn: AsyncConnection,
+                            chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
+        unique = list({job.key: job for job in chunk}.values())
+        stmt = (self._insert(s.jobs).values([_job_values(job) for job in unique])
+                .on_conflict_do_nothing().returning(s.jobs.c.queue, s.jobs.c.id))
+        inserted = {(r.queue, r.id) for r in await conn.execute(stmt)}
+        keys = [job.key for job in unique]
+        archived = await self._hashes(conn, s.archived_jobs, keys)
+        clash = [k for k in inserted if k in archived]
+        if clash:  # an archived job keeps its id: undo the insert, answer as a repeat
+            await conn.execute(s.jobs.delete().where(
+                sa.tuple_(s.jobs.c.queue, s.jobs.c.id).in_(clash)))
+            inserted -= set(clash)
+        live = await self._hashes(conn, s.jobs, [k for k in keys if k not in inserted])
+        out: dict[tuple[str, str], InsertOutcome] = {}
+        for job in unique:
+            out[job.key] = self._insert_outcome(job, inserted, {**live, **archived})
+        return out
+
+    @staticmethod
+    def _insert_outcome(job: Job, inserted: set[tuple[str, str]],
+                        existing: dict[tuple[str, str], Job]) -> InsertOutcome:
+        if job.key in inserted:
+            return InsertOutcome(id=job.id, status=InsertStatus.CREATED, job=job)
+        found = existing.get(job.key)
+        if found is None:
+            return InsertOutcome(id=job.id, status=InsertStatus.CONFLICT,
+                                 error=f"correlation key {job.correlation_key!r} is in use "
+                                       "by another live job")
+        if found.body_hash == job.body_hash:
+            return InsertOutcome(id=job.id, status=InsertStatus.EXISTS, job=found)
+        return InsertOutcome(id=job.id, status=InsertStatus.CONFLICT, job=found,
+                             error=f"job {job.id!r} already exists in queue {job.queue!r} "
+                                   "with a different body")
+
+    @staticmethod
+    async def _hashes(conn: AsyncConnection, table: sa.Table,
+                      keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Job]:
+        if not keys:
+            return {}
+        rows = await conn.execute(sa.select(table).where(
+            sa.tuple_(table.c.queue, table.c.id).in_(keys)))
+        return {(r.queue, r.id): _job(r) for r in rows}
+
+    # -- reading jobs ------------------------------------------------------------
+
+    async def job_get(self, queue: str, job_id: str) -> Job | None:
+        """The job wherever it is: the hot table, else the archive."""
+        async with self._tx() as conn:
+            for table in (s.jobs, s.archived_jobs):
+                row = (await conn.execute(sa.select(table).where(
+                    table.c.queue == queue, table.c.id == job_id))).first()
+                if row is not None:
+                    return _job(row)
+        return None
+
+    async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
+        t = s.job_attempts
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(t.c.queue == queue, t.c.job_id == job_id)
+                                      .order_by(t.c.attempt, t.c.id))
+            return [Attempt(attempt=r.attempt, launched_at=r.launched_at,
+                            finished_at=r.finished_at, outcome=r.outcome, error=r.error,
+                            response=r.response) for r in rows]
+
+    async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
+                                limit: int = 100) -> list[Job]:
+        t = s.archived_jobs
+        stmt = sa.select(t).order_by(t.c.finished_at.desc(), t.c.queue, t.c.id).limit(limit)
+        if queue:
+            stmt = stmt.where(t.c.queue == queue)
+        if status:
+            stmt = stmt.where(t.c.status == status)
+        async with self._tx() as conn:
+            return [_job(r) for r in await conn.execute(stmt)]
+
+    # -- the reconcile loop's reads and claims -----------------------------------
+
+    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
+                            ordering: Ordering, critical_only: bool = False) -> list[Job]:
+        """Due queued jobs of one queue in the queue's order (an index scan, bounded)."""
+        t = s.jobs
+        order = ((t.c.run_at, t.c.priority, t.c.id)
+                 if ordering is Ordering.TIME_THEN_PRIORITY or critical_only
+                 else (t.c.priority, t.c.run_at, t.c.id))
+        stmt = (sa.select(t).where(t.c.queue == queue, t.c.status == s.QUEUED, t.c.run_at <= now)
+                .order_by(*order).limit(limit))
+        if critical_only:
+            stmt = stmt.where(t.c.critical == sa.true())
+        async with self._tx() as conn:
+            return [_job(r) for r in await conn.execute(stmt)]
+
+    async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
+                                    owner: str, heartbeat_seconds: float | None) -> list[Job]:
+        """Step 4: claim the new batch as running in one statement.
+
+        Only jobs still ``queued`` are claimed (a cancel in between wins); on
+        PostgreSQL rows locked by another transaction are skipped. Each claimed job
+        gets attempt + 1, its deadline, its owner, an unconfirmed launch and, unless
+        its key is fixed, a fresh correlation key for this attempt.
+        """
+        if not ids:
+            return []
+        t = s.jobs
+        seconds: Any = t.c.timeout_seconds
+        if heartbeat_seconds is not None:
+            seconds = sa.case((t.c.timeout_seconds < heartbeat_seconds, t.c.timeout_seconds),
+                              else_=sa.literal(heartbeat_seconds, sa.Float))
+        new_key = t.c.token + "." + sa.cast(t.c.attempt + 1, sa.Text)
+        stmt = (t.update().where(t.c.queue == queue, t.c.status == s.QUEUED,
+                                 t.c.id.in_(self._claimable(queue, ids)))
+                .values(status=JobState.RUNNING.value, attempt=t.c.attempt + 1, launched_at=now,
+                        deadline=s.add_seconds(sa.literal(now, s.UTCDateTime), seconds),
+                        owner=owner, launch_confirmed=False, updated_at=now,
+                        correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
+                                                 t.c.correlation_key), else_=new_key))
+                .returning(*t.columns))
+        async with self._tx() as conn:
+            rows = (await conn.execute(stmt)).all()
+        by_id = {row.id: _job(row) for row in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def _claimable(self, queue: str, ids: Sequence[str]) -> Any:
+        if not self.is_postgres:
+            return list(ids)
+        t = s.jobs
+        return (sa.select(t.c.id).where(t.c.queue == queue, t.c.id.in_(list(ids)),
+                                        t.c.status == s.QUEUED)
+                .with_for_update(skip_locked=True).scalar_subquery())
+
+    async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
+                                      owner: str) -> int:
+        """Record that these launches (queue, id, attempt) reached their target."""
+        if not keys:
+            return 0
+        t = s.jobs
+        async with self._tx() as conn:
+            result = await conn.execute(t.update().where(
+                sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(keys)),
+                t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
+        return int(result.rowcount)
+
+    async def job_load_running(self, *, queue: str) -> list[Job]:
+        """The running jobs of a queue: what a new owner adopts."""
+        t = s.jobs
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(t.c.queue == queue,
+                                                         t.c.status == s.RUNNING))
+            return [_job(r) for r in rows]
+
+    async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,
+                             now: datetime) -> int:
+        """Make ``owner`` the owner of these running jobs (after a lease takeover)."""
+        if not ids:
+            return 0
+        t = s.jobs
+        async with self._tx() as conn:
+            result = await conn.execute(t.update().where(
+                t.c.queue == queue, t.c.id.in_(list(ids)), t.c.status == s.RUNNING)
+                .values(owner=owner, updated_at=now))
+        return int(result.rowcount)
+
+    async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
+                                  now: datetime) -> int:
+        """Move queued jobs to a new ``run_at`` (a throttler's reschedule)."""
+        if not run_ats:
+            return 0
+        t = s.jobs
+        stmt = t.update().where(t.c.queue == queue, t.c.id == sa.bindparam("b_id"),
+                                t.c.status == s.QUEUED).values(run_at=sa.bindparam("b_run_at"),
+                                                              updated_at=now)
+        params = [{"b_id": i, "b_run_at": at} for i, at in run_ats.items()]
+        async with self._tx() as conn:
+            result = await conn.execute(stmt, params)
+        return int(result.rowcount)
+
+    async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
+                                      now: datetime) -> list[Job]:
+        """End queued jobs without a launch: id -> (terminal status, error)."""
+        if not ends:
+            return []
+        t = s.jobs
+        async with self._tx() as conn:
+            rows = (await conn.execute(t.delete().where(
+                t.c.queue == queue, t.c.id.in_(list(ends)), t.c.status == s.QUEUED)
+                .returning(*t.columns))).all()
+            archived = [replace(_job(r), status=JobState(ends[r.id][0]), error=ends[r.id][1],
+                                updated_at=now, finished_at=now) for r in rows]
+            await self._archive_insert(conn, archived)
+        return archived
+
+    async def job_expired_sweep(self, *, now: datetime, limit: int) -> list[Job]:
+        """Archive queued jobs whose ``expires_at`` passed, wherever they are in the
+        backlog (bounded; returns what it archived)."""
+        t = s.jobs
+        async with self._tx() as conn:
+            keys = (await conn.execute(sa.select(t.c.queue, t.c.id).where(
+                t.c.status == s.QUEUED, t.c.expires_at.is_not(None), t.c.expires_at <= now)
+                .order_by(t.c.expires_at).limit(limit))).all()
+            if not keys:
+                return []
+            rows = (await conn.execute(t.delete().where(
+                sa.tuple_(t.c.queue, t.c.id).in_([tuple(k) for k in keys]),
+                t.c.status == s.QUEUED).returning(*t.columns))).all()
+            error = {"kind": "expired", "detail": "expires_at passed before launch"}
+            archived = [replace(_job(r), status=JobState.EXPIRED, error=error, updated_at=now,
+                                finished_at=now) for r in rows]
+            await self._archive_insert(conn, archived)
+        return archived
+
+    async def job_cancel_queued(self, *, queue: str, job_id: str, now: datetime) -> Job | None:
+        ended = await self.job_archive_queued_many(
+            queue=queue, ends={job_id: (JobState.CANCELLED.value,
+                                        {"kind": "cancelled", "detail": "cancelled by a user"})},
+            now=now)
+        return ended[0] if ended else None
+
+    async def _archive_insert(self, conn: AsyncConnection, archived: Sequence[Job]) -> None:
+        if not archived:
+            return
+        rows = [{**_job_values(j), "finished_at": j.finished_at} for j in archived]
+        for chunk in _chunks(rows, INSERT_CHUNK):
+            await conn.execute(self._insert(s.archived_jobs).values(list(chunk))
+                               .on_conflict_do_nothing())
+
+    # -- step 3: persisting the batch --------------------------------------------
+
+    async def persist_batch(self, *, changes: Sequence[Change], owner: str, now: datetime,
+                            inbox: Sequence[tuple[int, InboxOutcome]] = ()
+                            ) -> set[tuple[str, str]]:
+        """Persist every changed copy of the batch in one transaction.
+
+        Returns the (queue, id) of the changes that applied: jobs still running under
+        ``owner`` at the expected attempt. Inbox rows in ``inbox`` are marked with
+        their outcome in the same transaction, so a crash either keeps both or
+        neither.
+        """
+        if not changes and not inbox:
+            return set()
+        async with self._tx() as conn:
+            live = await self._lock_live(conn, changes, owner)
+            applied = [c for c in changes if (c.queue, c.id, c.attempt) in live]
+            await self._apply_archives(conn, [c for c in applied if c.kind is ChangeKind.ARCHIVE],
+                                       owner, now)
+            await self._apply_requeues(conn, [c for c in applied if c.kind is ChangeKind.REQUEUE],
+                                       owner, now)
+            await self._apply_extends(conn, [c for c in applied if c.kind is ChangeKind.EXTEND],
+                                      owner, now)
+            await self._attempts_insert(conn, [c for c in applied
+                                               if c.kind is not ChangeKind.EXTEND], now)
+            marks = [(i, InboxOutcome.APPLIED) for c in applied for i in c.inbox_ids]
+            await self._inbox_mark(conn, [*marks, *inbox], now)
+        return {(c.queue, c.id) for c in applied}
+
+    async def _lock_live(self, conn: AsyncConnection, changes: Sequence[Change],
+                         owner: str) -> set[tuple[str, str, int]]:
+        if not changes:
+            return set()
+        t = s.jobs
+        keys = list({(c.queue, c.id, c.attempt) for c in changes})
+        live: set[tuple[str, str, int]] = set()
+        for chunk in _chunks(keys, INSERT_CHUNK):
+            stmt = sa.select(t.c.queue, t.c.id, t.c.attempt).where(
+                sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
+                t.c.status == s.RUNNING, t.c.owner == owner)
+            if self.is_postgres:
+                stmt = stmt.with_for_update()
+            live.update((r.queue, r.id, r.attempt) for r in await conn.execute(stmt))
+        return live
+
+    async def _apply_archives(self, conn: AsyncConnection, changes: Sequence[Change],
+                              owner: str, now: datetime) -> None:
+        if not changes:
+            return
+        t = s.jobs
+        by_key = {(c.queue, c.id): c for c in changes}
+        archived: list[Job] = []
+        for chunk in _chunks(list(by_key), INSERT_CHUNK):
+            rows = (await conn.execute(t.delete().where(
+                sa.tuple_(t.c.queue, t.c.id).in_(list(chunk)), t.c.status == s.RUNNING,
+                t.c.owner == owner).returning(*t.columns))).all()
+            for row in rows:
+                change = by_key[(row.queue, row.id)]
+                archived.append(replace(_job(row), status=JobState(change.status),
+                                        result=change.result, error=change.error,
+                                        updated_at=now, finished_at=now))
+        await self._archive_insert(conn, archived)
+
+    async def _apply_requeues(self, conn: AsyncConnection, changes: Sequence[Change],
+                              owner: str, now: datetime) -> None:
+        if not changes:
+            return
+        t = s.jobs
+        base = dict(status=JobState.QUEUED.value, run_at=sa.bindparam("b_run_at"),
+                    error=sa.bindparam("b_error", type_=s.JSON), updated_at=now, owner=None,
+                    deadline=None, launch_confirmed=False,
+                    correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
+                                             t.c.correlation_key), else_=sa.null()))
+        where = (t.c.queue == sa.bindparam("b_queue"), t.c.id == sa.bindparam("b_id"),
+                 t.c.status == s.RUNNING, t.c.owner == owner)
+        with_data = [c for c in changes if c.data is not None]
+        same_data = [c for c in changes if c.data is None]
+        if same_data:
+            await conn.execute(t.update().where(*where).values(**base),
+                               [self._requeue_params(c) for c in same_data])
+        if with_data:
+            await conn.execute(
+                t.update().where(*where).values(**base, data=sa.bindparam("b_data", type_=s.JSON)),
+                [{**self._requeue_params(c), "b_data": c.data} for c in with_data])
+
+    @staticmethod
+    def _requeue_params(change: Change) -> dict[str, Any]:
+        return {"b_queue": change.queue, "b_id": change.id, "b_run_at": change.run_at,
+                "b_error": change.error}
+
+    async def _apply_extends(self, conn: AsyncConnection, changes: Sequence[Change],
+                             owner: str, now: datetime) -> None:
+        if not changes:
+            return
+        t = s.jobs
+        stmt = t.update().where(t.c.queue == sa.bindparam("b_queue"),
+                                t.c.id == sa.bindparam("b_id"), t.c.status == s.RUNNING,
+                                t.c.owner == owner).values(deadline=sa.bindparam("b_deadline"),
+                                                           updated_at=now)
+        await conn.execute(stmt, [{"b_queue": c.queue, "b_id": c.id, "b_deadline": c.deadline}
+                                  for c in changes])
+
+    async def _attempts_insert(self, conn: AsyncConnection, changes: Sequence[Change],
+                               now: datetime) -> None:
+        rows = [{"queue": c.queue, "job_id": c.id, "attempt": c.attempt,
+                 "correlation_key": c.correlation_key, "launched_at": c.launched_at,
+                 "finished_at": now, "outcome": c.outcome or "unknown", "error": c.error,
+                 "response": c.response} for c in changes]
+        if rows:
+            await conn.execute(s.job_attempts.insert(), rows)
+
+    # -- the response inbox ------------------------------------------------------
+
+    async def inbox_insert_many(self, responses: Sequence[Response], *,
+                                now: datetime) -> list[int | None]:
+        """Write responses durably. Returns each row id, or None for a duplicate
+        ``dedup_key`` (already in the inbox)."""
+        if not responses:
+            return []
+        rows = [{"correlation_key": r.correlation_key, "attempt": r.attempt, "status": r.status,
+                 "retryable": r.retryable, "result": r.result, "error": r.error,
+                 "extend_seconds": r.extend_seconds, "source": r.source,
+                 "dedup_key": r.dedup_key, "received_at": now} for r in responses]
+        ids: dict[str | None, int] = {}
+        plain: list[int] = []
+        async with self._tx() as conn:
+            for chunk in _chunks(rows, INSERT_CHUNK):
+                stmt = (self._insert(s.response_inbox).values(list(chunk))
+                        .on_conflict_do_nothing()
+                        .returning(s.response_inbox.c.id, s.response_inbox.c.dedup_key))
+                for r in await conn.execute(stmt):
+                    if r.dedup_key is None:
+                        plain.append(r.id)
+                    else:
+                        ids[r.dedup_key] = r.id
+        plain.sort()
+        it = iter(plain)
+        return [next(it) if r.dedup_key is None else ids.get(r.dedup_key) for r in responses]
+
+    async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
+        """Unapplied responses for these correlation keys, oldest first."""
+        if not keys:
+            return []
+        t = s.response_inbox
+        out: list[InboxRow] = []
+        async with self._tx() as conn:
+            for chunk in _chunks(list(keys), INSERT_CHUNK):
+                rows = await conn.execute(sa.select(t).where(
+                    t.c.applied_at.is_(None), t.c.correlation_key.in_(list(chunk))))
+                out.extend(self._inbox_row(r) for r in rows)
+        out.sort(key=lambda r: r.id)
+        return out
+
+    async def inbox_pending_scan(self, *, after_id: int, before: datetime,
+                                 limit: int) -> list[InboxRow]:
+        """Unapplied responses with id > ``after_id`` received before ``before``:
+        one bounded page of the sweep, which walks the pending rows by id."""
+        t = s.response_inbox
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(
+                t.c.applied_at.is_(None), t.c.id > after_id, t.c.received_at < before)
+                .order_by(t.c.id).limit(limit))
+            return [self._inbox_row(r) for r in rows]
+
+    async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
+                              now: datetime) -> None:
+        async with self._tx() as conn:
+            await self._inbox_mark(conn, marks, now)
+
+    @staticmethod
+    async def _inbox_mark(conn: AsyncConnection, marks: Sequence[tuple[int, InboxOutcome]],
+                          now: datetime) -> None:
+        if not marks:
+            return
+        t = s.response_inbox
+        by_outcome: dict[str, list[int]] = {}
+        for row_id, outcome in marks:
+            by_outcome.setdefault(str(outcome), []).append(row_id)
+        for outcome, ids in by_outcome.items():
+            for chunk in _chunks(ids, INSERT_CHUNK):
+                await conn.execute(t.update().where(t.c.id.in_(list(chunk)),
+                                                    t.c.applied_at.is_(None))
+                                   .values(applied_at=now, outcome=outcome))
+
+    @staticmethod
+    def _inbox_row(r: Any) -> InboxRow:
+        return InboxRow(id=r.id, correlation_key=r.correlation_key, attempt=r.attempt,
+                        status=r.status, retryable=r.retryable, result=r.result, error=r.error,
+                        extend_seconds=r.extend_seconds, source=r.source,
+                        received_at=r.received_at)
+
+    async def launch_results_record(self, *, confirm: Sequence[tuple[str, str, int]],
+                                    responses: Sequence[Response], owner: str,
+                                    now: datetime) -> None:
+        """After launches: mark them confirmed and write the outcomes targets gave
+        at once, in one transaction (so a confirmed launch with an immediate outcome
+        always has that outcome in the inbox)."""
+        if not confirm and not responses:
+            return
+        t = s.jobs
+        rows = [{"correlation_key": r.correlation_key, "attempt": r.attempt, "status": r.status,
+                 "retryable": r.retryable, "result": r.result, "error": r.error,
+                 "extend_seconds": r.extend_seconds, "source": r.source,
+                 "dedup_key": r.dedup_key, "received_at": now} for r in responses]
+        async with self._tx() as conn:
+            for chunk in _chunks(list(confirm), INSERT_CHUNK):
+                await conn.execute(t.update().where(
+                    sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
+                    t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
+            if rows:
+                await conn.execute(s.response_inbox.insert(), rows)
+
+    async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
+        """Live jobs by correlation key (for responses not matched in memory)."""
+        if not keys:
+            return {}
+        t = s.jobs
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(t.c.correlation_key.in_(list(keys))))
+            return {r.correlation_key: _job(r) for r in rows}
+
+    async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(queue, job id) of past tries by correlation key: the history of late responses."""
+        if not keys:
+            return {}
+        a, t = s.job_attempts, s.archived_jobs
+        async with self._tx() as conn:
+            found = {r.correlation_key: (r.queue, r.job_id) for r in await conn.execute(
+                sa.select(a.c.correlation_key, a.c.queue, a.c.job_id)
+                .where(a.c.correlation_key.in_(list(keys))))}
+            found.update({r.correlation_key: (r.queue, r.id) for r in await conn.execute(
+                sa.select(t.c.correlation_key, t.c.queue, t.c.id)
+                .where(t.c.correlation_key.in_(list(keys))))})
+        return found
+
+    async def attempt_record_late_many(self, rows: Sequence[tuple[str, str, InboxRow]], *,
+                                       now: datetime) -> None:
+        """Record responses that came after their job's try had ended."""
+        if not rows:
+            return
+        values = [{"queue": q, "job_id": j, "attempt": r.attempt or 0,
+                   "correlation_key": r.correlation_key, "launched_at": None, "finished_at": now,
+                   "outcome": "late_response", "error": r.error,
+                   "response": {"status": r.status, "result": r.result}} for q, j, r in rows]
+        async with self._tx() as conn:
+            await conn.execute(s.job_attempts.insert(), values)
+
+    # -- leases ------------------------------------------------------------------
+
+    async def lease_acquire_many(self, *, queues: Sequence[str], owner: str, now: datetime,
+                                 seconds: float) -> set[str]:
+        """Acquire or renew leases; returns the queues ``owner`` holds now (queues
+        held by another owner whose lease has not expired are left alone)."""
+        if not queues:
+            return set()
+        t = s.leases
+        expires = now + timedelta(seconds=seconds)
+        stmt = self._insert(t).values([{"queue": q, "owner": owner, "acquired_at": now,
+                                         "expires_at": expires} for q in queues])
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["queue"],
+            set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at,
+                  "acquired_at": sa.case((t.c.owner == stmt.excluded.owner, t.c.acquired_at),
+                                         else_=stmt.excluded.acquired_at)},
+            where=sa.or_(t.c.owner == stmt.excluded.owner, t.c.expires_at < now),
+        ).returning(t.c.queue)
+        async with self._tx() as conn:
+            return {r.queue for r in await conn.execute(stmt)}
+
+    async def lease_release_all(self, *, owner: str) -> int:
+        async with self._tx() as conn:
+            result = await conn.execute(s.leases.delete().where(s.leases.c.owner == owner))
+        return int(result.rowcount)
+
+    # -- stats ---------------------------------------------------------------------
+
+    async def queue_stats(self, *, now: datetime) -> list[QueueStats]:
+        t = s.jobs
+        queued = sa.func.sum(sa.case((t.c.status == s.QUEUED, 1), else_=0))
+        due = sa.func.sum(sa.case((sa.and_(t.c.status == s.QUEUED, t.c.run_at <= now), 1),
+                                  else_=0))
+        running = sa.func.sum(sa.case((t.c.status == s.RUNNING, 1), else_=0))
+        weight = sa.func.sum(sa.case((t.c.status == s.RUNNING, t.c.weight), else_=0))
+        oldest = sa.func.min(sa.case((sa.and_(t.c.status == s.QUEUED, t.c.run_at <= now),
+                                      t.c.run_at), else_=None))
+        stmt = sa.select(t.c.queue, queued, due, running, weight,
+                         sa.type_coerce(oldest, s.UTCDateTime)).group_by(t.c.queue)
+        async with self._tx() as conn:
+            counts = {r[0]: r for r in await conn.execute(stmt)}
+        out = []
+        for record in await self.queue_list():
+            c = counts.get(record.id)
+            oldest_at = c[5] if c is not None else None
+            out.append(QueueStats(
+                queue=record.id, paused=record.paused,
+                queued=int(c[1] or 0) if c else 0, due=int(c[2] or 0) if c else 0,
+                running=int(c[3] or 0) if c else 0, running_weight=int(c[4] or 0) if c else 0,
+                oldest_due_age_seconds=None if oldest_at is None
+                else max((now - oldest_at).total_seconds(), 0.0),
+                concurrency=record.config.concurrency))
+        return out
+
+    async def archive_prune(self, *, before: datetime, limit: int) -> int:
+        """Delete archived jobs (and their tries) finished before ``before``; bounded."""
+        t, a = s.archived_jobs, s.job_attempts
+        async with self._tx() as conn:
+            keys = [tuple(k) for k in await conn.execute(
+                sa.select(t.c.queue, t.c.id).where(t.c.finished_at < before)
+                .order_by(t.c.finished_at).limit(limit))]
+            if not keys:
+                return 0
+            await conn.execute(a.delete().where(sa.tuple_(a.c.queue, a.c.job_id).in_(keys)))
+            await conn.execute(t.delete().where(sa.tuple_(t.c.queue, t.c.id).in_(keys)))
+            await conn.execute(s.response_inbox.delete().where(
+                s.response_inbox.c.applied_at < before))
+        return len(keys)
+
+
+def _sqlite_setup(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain ``postgresql://`` / ``sqlite://`` URLs and add the async driver."""
+    for plain, driver in (("postgresql://", "postgresql+asyncpg://"),
+                          ("postgres://", "postgresql+asyncpg://"),
+                          ("sqlite://", "sqlite+aiosqlite://")):
+        if url.startswith(plain):
+            return driver + url[len(plain):]
+    return url
+
+
+def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+        _sqlite_setup(engine)
+        return engine
+    if url.startswith("postgresql"):
+        return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
+                                   pool_pre_ping=True, connect_args={"timeout": 10})
+    raise StoreError(f"unsupported database URL {url.split(':', 1)[0]!r}: "
+                     "use sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")
+
+
+async def open_store(url: str, *, pool_size: int = 10) -> SQLStore:
+    """Open a store; the caller runs ``migrate()`` or ``check_schema()``."""
+    try:
+        engine = create_engine(url, pool_size=pool_size)
+    except sa.exc.ArgumentError as exc:
+        raise StoreError(f"bad database URL: {exc}") from None
+    except ImportError as exc:
+        raise StoreError(f"database driver missing: {exc}") from None
+    return SQLStore(engine)

@@ -1,0 +1,24 @@
+"""Build a queue's target from its config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hipq.config import MemoryTarget as MemoryTargetConfig
+from hipq.config import PythonTarget as PythonTargetConfig
+from hipq.config import TargetConfig
+from hipq.errors import ConfigError
+from hipq.targets.base import Target
+from hipq.targets.python import PythonTarget
+
+
+def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = None) -> Target:
+    """A target for ``config``. ``memory`` maps names to in-process targets
+    (``{kind: memory, name: ...}``), given by tests and embedders."""
+    if isinstance(config, PythonTargetConfig):
+        return PythonTarget(config)
+    if isinstance(config, MemoryTargetConfig):
+        if memory is None or config.name not in memory:
+            raise ConfigError(f"no in-process target named {config.name!r} is registered")
+        return memory[config.name]
+    raise ConfigError(f"target kind {config.kind!r} is not available in this version of hipq")

@@ -1,0 +1,1 @@
+"""Example plugins to copy: load them from YAML as ``plugins.<module>:<attr>``."""

@@ -1,0 +1,165 @@
+"""Shared fixtures: throwaway PostgreSQL / Kafka, and stores on both databases.
+
+PostgreSQL comes from ``HIPQ_TEST_DATABASE_URL`` (set by ``scripts/test``) or, for a
+bare ``pytest`` run, from ``scripts/pg-ephemeral`` started for the session. A
+template database is migrated once; each test gets ``CREATE DATABASE ... TEMPLATE``
+(Procrastinate's pattern), dropped afterwards. With ``CI`` set, a missing PostgreSQL
+fails the run instead of skipping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from hipq.store import SQLStore, open_store
+from hipq.testing import FakeClock
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+TEMPLATE_DB = "hipq_template"
+BACKENDS = ["sqlite", "postgresql"]
+
+_db_numbers = itertools.count()
+
+
+def _start_service(tool: str, env_var: str) -> tuple[str, Callable[[], None] | None]:
+    """The service's address from ``env_var``, else from a started ``scripts/<tool>``
+    (with the function that stops it)."""
+    if os.environ.get(env_var):
+        return os.environ[env_var], None
+    name = f"hipq-pytest-{os.getpid()}"
+    env = dict(os.environ, PG_EPHEMERAL_NAME=name, KAFKA_EPHEMERAL_NAME=name,
+               PYTHON=sys.executable)
+    tool_path = str(SCRIPTS / tool)
+
+    def stop() -> None:
+        subprocess.run([tool_path, "stop"], env=env, timeout=60, check=False,
+                       capture_output=True)
+
+    try:
+        out = subprocess.run([tool_path, "start"], env=env, check=True, capture_output=True,
+                             text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        stop()
+        detail = getattr(exc, "stderr", None) or exc
+        message = f"{env_var} is not set and scripts/{tool} could not start: {detail}"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {message}", pytrace=False)
+        pytest.skip(message)
+    return out.strip().splitlines()[-1].split("=", 1)[1], stop
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL server URL (``postgresql://...``, database ``postgres``)."""
+    url, stop = _start_service("pg-ephemeral", "HIPQ_TEST_DATABASE_URL")
+    yield url
+    if stop is not None:
+        stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """A Kafka bootstrap address (``127.0.0.1:PORT``)."""
+    bootstrap, stop = _start_service("kafka-ephemeral", "HIPQ_TEST_KAFKA_BOOTSTRAP")
+    yield bootstrap
+    if stop is not None:
+        stop()
+
+
+def _with_database(server_url: str, database: str, *, driver: str = "") -> str:
+    base, _, _ = server_url.rpartition("/")
+    scheme, rest = base.split("://", 1)
+    return f"{scheme}{driver}://{rest}/{database}"
+
+
+async def _admin(pg_url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(pg_url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+async def pg_template(pg_url: str) -> AsyncIterator[str]:
+    """Name of a migrated template database, made once per session."""
+    await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)",
+                 f"CREATE DATABASE {TEMPLATE_DB}")
+    store = await open_store(_with_database(pg_url, TEMPLATE_DB, driver="+asyncpg"))
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+    yield TEMPLATE_DB
+    await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
+
+
+async def _pg_database(pg_url: str, template: str) -> AsyncIterator[str]:
+    name = f"test_{os.getpid()}_{next(_db_numbers)}"
+    await _admin(pg_url, f"CREATE DATABASE {name} TEMPLATE {template}")
+    try:
+        yield _with_database(pg_url, name, driver="+asyncpg")
+    finally:
+        await _admin(pg_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=BACKENDS, ids=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database a test runs on. PostgreSQL's server and template are resolved
+    here, in a sync fixture, so that the async fixtures below never have to."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_template")
+    return str(request.param)
+
+
+async def _migrated_url(backend: str, request: pytest.FixtureRequest,
+                        tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh migrated database URL on ``backend``."""
+    if backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/hipq.db"
+        store = await open_store(url)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+        yield url
+        return
+    pg_url = request.getfixturevalue("pg_url")  # already set up by ``backend``
+    async for url in _pg_database(pg_url, TEMPLATE_DB):
+        yield url
+
+
+@pytest.fixture
+async def db_url(backend: str, request: pytest.FixtureRequest,
+                 tmp_path: Path) -> AsyncIterator[str]:
+    """A migrated database URL on each backend; no store is kept open."""
+    async for url in _migrated_url(backend, request, tmp_path):
+        yield url
+
+
+@pytest.fixture
+async def store(backend: str, request: pytest.FixtureRequest,
+                tmp_path: Path) -> AsyncIterator[SQLStore]:
+    """A migrated store on each backend; fails the test if a pooled connection leaked."""
+    async for url in _migrated_url(backend, request, tmp_path):
+        opened = await open_store(url)
+        try:
+            yield opened
+            leaked = opened.engine.pool.checkedout()  # type: ignore[attr-defined]
+            assert leaked == 0, f"{leaked} pooled connection(s) still checked out"
+        finally:
+            await opened.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
