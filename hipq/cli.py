@@ -23,6 +23,7 @@ from hipq.retry import build_retry
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq, validate_queue
 from hipq.store import SQLStore, open_store
+from hipq.store.schema import SCHEMA_VERSION
 from hipq.targets import build_target
 from hipq.throttling import build_throttler
 
@@ -137,7 +138,11 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     async def done(store: SQLStore) -> int:
-        sys.stdout.write("schema is at version 1\n")
+        service = Hipq(store)
+        for queue in settings.queues:
+            await service.create_queue(queue)
+        sys.stdout.write(f"schema is at version {SCHEMA_VERSION}; "
+                         f"{len(settings.queues)} queue(s) from the config applied\n")
         return 0
 
     return await _with_store(settings, done, migrate=True)

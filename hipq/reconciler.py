@@ -219,6 +219,8 @@ class Reconciler:
         marks: list[tuple[int, InboxOutcome]] = []
         for row in rows:
             entry = by_key[row.correlation_key]
+            if row.id in entry.inbox_ids:
+                continue  # applied in memory already; a failed persist left it pending
             verdict = self._apply_row(entry, row, now)
             if verdict is None:
                 counters.add("responses_applied")

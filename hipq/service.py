@@ -7,6 +7,7 @@ in the same process can wake its reconcile loop early.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -22,7 +23,7 @@ from hipq.errors import (
     StaleResponse,
     ValidationError,
 )
-from hipq.jobs import Attempt, Job, JobState
+from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
 from hipq.responses.correlation import render
 from hipq.retry import build_retry
 from hipq.schemas import EnqueueRequest, ResponseRequest
@@ -35,6 +36,9 @@ from hipq.store import (
     SQLStore,
 )
 from hipq.throttling import build_throttler
+
+
+_JOB_ID = re.compile(JOB_ID_PATTERN)
 
 
 def new_job_id() -> str:
@@ -196,6 +200,9 @@ def validate_queue(config: QueueConfig) -> None:
 
 def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime) -> Job:
+    if not _JOB_ID.match(job_id):
+        raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
+                              "[A-Za-z0-9_.:-]")
     weight = request.weight or config.default_weight
     if config.concurrency is not None and weight > config.concurrency:
         raise ValidationError(f"weight {weight} is larger than the queue's concurrency "

@@ -1,0 +1,360 @@
+"""Does one reconcile tick's database cost grow with the backlog? (PostgreSQL)
+
+For each backlog size N (``--sizes``, default 1000,100000), in a fresh database:
+migrate, create one queue (concurrency 100, an in-memory target whose launches
+succeed at once), bulk-load N queued jobs with one ``INSERT ... SELECT
+generate_series``, ``ANALYZE``, then run reconcile ticks. Each tick is the steady
+state of a busy queue: apply the 100 responses of the previous tick's launches,
+archive those jobs, fetch the next 100 due jobs, claim and launch them. Only
+``Reconciler.run_once()`` is timed; ``drain()`` (launches and the recording of
+their outcomes) and a top-up of 100 new queued jobs (so the backlog stays at N)
+run between ticks, untimed.
+
+Prints a table (median / p90 tick ms per size, ratio to the smallest size) and
+one JSON line; ``--json-out`` also writes the JSON to a file. The goal (Core
+engine issue) is median(100k) within 2x of median(1k).
+
+PostgreSQL: ``--database-url`` or ``HIPQ_BENCH_DATABASE_URL`` (a server URL; the
+role must be allowed to CREATE DATABASE: one ``hipq_bench_<n>`` database per
+size is created and dropped), else a throwaway server from
+``scripts/pg-ephemeral``, stopped at the end.
+
+    .venv/bin/python bench/tick_scaling.py                       # 1k and 100k
+    .venv/bin/python bench/tick_scaling.py --sizes 1000,100000,1000000 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from sqlalchemy import event
+
+from hipq.clock import SystemClock
+from hipq.config import QueueConfig, ReconcileConfig
+from hipq.reconciler import Reconciler
+from hipq.service import Hipq
+from hipq.store import SQLStore, open_store
+from hipq.store import schema as s
+from hipq.testing import MemoryTarget, succeed
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_EPHEMERAL = ROOT / "scripts" / "pg-ephemeral"
+QUEUE = "bench"
+CONCURRENCY = 100
+
+# One SQL expression per column of ``jobs`` for row number ``i`` (from generate_series).
+# Checked against hipq/store/schema.py at run time, so a schema change fails loudly.
+# Jobs are spread over the past day (all due), over 5 priorities, like a real backlog.
+JOB_COLUMN_SQL: dict[str, str] = {
+    "queue": "$1::text",
+    "id": "'job-' || lpad(i::text, 8, '0')",
+    "token": "md5('token' || i::text)",
+    "status": "'queued'",
+    "data": "jsonb_build_object('n', i)",
+    "run_at": "$2::timestamptz - make_interval(secs => (i * 7919) % 86400)",
+    "expires_at": "NULL",
+    "priority": "100 + (i % 5) * 10",
+    "weight": "1",
+    "critical": "false",
+    "time_windows": "NULL",
+    "timezone": "NULL",
+    "timeout_seconds": "3600.0",
+    "correlation_key": "NULL",
+    "correlation_fixed": "false",
+    "ordering_key": "NULL",
+    "attempt": "0",
+    "max_attempts": "3",
+    "created_at": "$2::timestamptz",
+    "updated_at": "$2::timestamptz",
+    "launched_at": "NULL",
+    "deadline": "NULL",
+    "owner": "NULL",
+    "launch_confirmed": "false",
+    "result": "NULL",
+    "error": "NULL",
+    "replay_of": "NULL",
+    "body_hash": "md5('body' || i::text)",
+}
+
+
+def insert_jobs_sql() -> str:
+    """``INSERT INTO jobs ... SELECT ... FROM generate_series($3, $4) AS i``."""
+    columns = [c.name for c in s.jobs.columns]
+    if set(columns) != set(JOB_COLUMN_SQL):
+        raise SystemExit(f"bench loader is out of date with hipq/store/schema.py: "
+                         f"missing {sorted(set(columns) - set(JOB_COLUMN_SQL))}, "
+                         f"extra {sorted(set(JOB_COLUMN_SQL) - set(columns))}")
+    values = ", ".join(JOB_COLUMN_SQL[c] for c in columns)
+    return (f"INSERT INTO jobs ({', '.join(columns)}) "
+            f"SELECT {values} FROM generate_series($3::bigint, $4::bigint) AS i")
+
+
+def label(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}m"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return str(n)
+
+
+def with_database(server_url: str, database: str) -> str:
+    base, _, _ = server_url.rpartition("/")
+    return f"{base}/{database}"
+
+
+def plain_url(url: str) -> str:
+    """asyncpg wants ``postgresql://``; accept ``postgresql+asyncpg://`` too."""
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+# -- a throwaway server ---------------------------------------------------------------
+
+
+@contextmanager
+def postgres(url: str | None) -> Iterator[str]:
+    if url:
+        yield plain_url(url)
+        return
+    env = dict(os.environ, PG_EPHEMERAL_NAME=f"hipq-bench-{os.getpid()}")
+    try:
+        out = subprocess.run([str(PG_EPHEMERAL), "start"], env=env, check=True,
+                             capture_output=True, text=True, timeout=180).stdout
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"scripts/pg-ephemeral could not start: {exc.stderr}") from None
+    try:
+        yield out.strip().splitlines()[-1].split("=", 1)[1]
+    finally:
+        subprocess.run([str(PG_EPHEMERAL), "stop"], env=env, check=False,
+                       capture_output=True, timeout=180)
+
+
+# -- per-statement timing (--profile) ---------------------------------------------------
+
+
+@dataclass
+class StatementTimes:
+    """Wall time per SQL statement (first line), measured around the driver call."""
+
+    enabled: bool = False
+    totals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def attach(self, store: SQLStore) -> None:
+        engine = store.engine.sync_engine
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            conn.info.setdefault("bench_t0", []).append(time.perf_counter())
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            started = conn.info["bench_t0"].pop()
+            if self.enabled:
+                key = " ".join(statement.split())[:110]
+                self.totals[key].append(time.perf_counter() - started)
+
+
+# -- one backlog size -----------------------------------------------------------------
+
+
+@dataclass
+class SizeResult:
+    size: int
+    load_s: float
+    ticks_ms: list[float]
+    launched: list[int]
+    queued_after: int
+    profile: list[tuple[str, int, float]]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ticks_ms)
+
+    @property
+    def p90(self) -> float:
+        ordered = sorted(self.ticks_ms)
+        return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+async def admin(server: str, *statements: str) -> None:
+    conn = await asyncpg.connect(server)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def run_size(server: str, size: int, args: argparse.Namespace) -> SizeResult:
+    database = f"hipq_bench_{size}"
+    await admin(server, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)",
+                f"CREATE DATABASE {database}")
+    url = with_database(server, database)
+    store = await open_store(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+    raw = await asyncpg.connect(url)
+    try:
+        return await measure(store, raw, size, args)
+    finally:
+        await raw.close()
+        await store.close()
+        if not args.keep:
+            await admin(server, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
+                  args: argparse.Namespace) -> SizeResult:
+    await store.migrate()
+    clock = SystemClock()
+    service = Hipq(store, clock=clock)
+    await service.create_queue(QueueConfig(id=QUEUE, concurrency=CONCURRENCY,
+                                           target={"kind": "memory", "name": "t"}))
+    insert = insert_jobs_sql()
+    started = time.perf_counter()
+    await raw.execute(insert, QUEUE, clock.now(), 1, size)
+    await raw.execute("ANALYZE")
+    load_s = time.perf_counter() - started
+    print(f"  loaded {size:,} queued jobs in {load_s:.1f}s", file=sys.stderr)
+
+    times = StatementTimes()
+    times.attach(store)
+    target = MemoryTarget(succeed)
+    reconciler = Reconciler(store, clock=clock, owner="bench",
+                            config=ReconcileConfig(launch_concurrency=CONCURRENCY),
+                            memory_targets={"t": target})
+    next_id = size + 1
+    ticks_ms: list[float] = []
+    launched: list[int] = []
+    for tick in range(args.warmup + args.ticks):
+        measured = tick >= args.warmup
+        times.enabled = measured and args.profile
+        t0 = time.perf_counter()
+        result = await reconciler.run_once()
+        elapsed = time.perf_counter() - t0
+        times.enabled = False
+        await reconciler.drain()
+        if measured:
+            ticks_ms.append(elapsed * 1000)
+            launched.append(result.launched)
+        if result.launched:  # top up: the backlog stays at ``size`` queued jobs
+            await raw.execute(insert, QUEUE, clock.now(), next_id,
+                              next_id + result.launched - 1)
+            next_id += result.launched
+    queued_after = await raw.fetchval(
+        "SELECT count(*) FROM jobs WHERE status = 'queued' AND queue = $1", QUEUE)
+    profile = sorted(((sql, len(ts), sum(ts) * 1000 / len(ts))
+                      for sql, ts in times.totals.items()), key=lambda p: -p[1] * p[2])
+    return SizeResult(size=size, load_s=load_s, ticks_ms=ticks_ms, launched=launched,
+                      queued_after=int(queued_after), profile=profile)
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        ram = float("nan")
+    return {"cores": os.cpu_count(), "ram_gb": round(ram, 1),
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+def report(results: list[SizeResult], args: argparse.Namespace,
+           pg_version: str) -> dict[str, Any]:
+    base = results[0]
+    print(f"\nreconcile tick time (run_once), batch {CONCURRENCY}, "
+          f"{args.ticks} ticks after {args.warmup} warm-up, PostgreSQL {pg_version}")
+    print(f"{'backlog':>10} {'median ms':>10} {'p90 ms':>9} {'min ms':>8} {'max ms':>8} "
+          f"{'launched/tick':>14} {'ratio':>6}")
+    for r in results:
+        print(f"{r.size:>10,} {r.median:>10.2f} {r.p90:>9.2f} {min(r.ticks_ms):>8.2f} "
+              f"{max(r.ticks_ms):>8.2f} {statistics.mean(r.launched):>14.1f} "
+              f"{r.median / base.median:>6.2f}")
+        if args.profile:
+            print(f"  statements per tick at {r.size:,} (calls over {args.ticks} ticks, "
+                  "mean ms):")
+            for sql, calls, mean_ms in r.profile[:12]:
+                print(f"    {calls:>5} x {mean_ms:7.2f} ms  {sql}")
+    out: dict[str, Any] = {}
+    for r in results:
+        out[f"tick_ms_{label(r.size)}"] = round(r.median, 3)
+        out[f"tick_p90_ms_{label(r.size)}"] = round(r.p90, 3)
+    for r in results[1:]:
+        out[f"ratio_{label(r.size)}_{label(base.size)}"] = round(r.median / base.median, 3)
+    out.update({
+        "batch": CONCURRENCY, "ticks": args.ticks, "warmup": args.warmup,
+        "sizes": {label(r.size): {"median_ms": round(r.median, 3), "p90_ms": round(r.p90, 3),
+                                  "load_s": round(r.load_s, 1),
+                                  "launched_per_tick": statistics.mean(r.launched)}
+                  for r in results},
+        "postgres": pg_version,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+    })
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default=os.environ.get("HIPQ_BENCH_DATABASE_URL"),
+                        help="PostgreSQL server URL (default: $HIPQ_BENCH_DATABASE_URL, else "
+                             "a throwaway server from scripts/pg-ephemeral)")
+    parser.add_argument("--sizes", default="1000,100000",
+                        help="comma-separated backlog sizes (default: 1000,100000)")
+    parser.add_argument("--ticks", type=int, default=30, help="measured ticks per size")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed ticks first")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the time of each SQL statement of the ticks")
+    parser.add_argument("--keep", action="store_true", help="keep the databases")
+    parser.add_argument("--json-out", type=Path, help="also write the JSON line here")
+    args = parser.parse_args(argv)
+    try:
+        args.sizes = [int(x.replace("_", "")) for x in args.sizes.split(",") if x.strip()]
+    except ValueError:
+        parser.error("--sizes: comma-separated integers")
+    if not args.sizes or min(args.sizes) < 1 or args.ticks < 1 or args.warmup < 0:
+        parser.error("sizes and ticks must be positive")
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with postgres(args.database_url) as server:
+        conn = await asyncpg.connect(server)
+        try:
+            pg_version = str(await conn.fetchval("SHOW server_version"))
+        finally:
+            await conn.close()
+        results = []
+        for size in args.sizes:
+            print(f"backlog {size:,}:", file=sys.stderr)
+            results.append(await run_size(server, size, args))
+        return report(results, args, pg_version)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out = asyncio.run(main_async(args))
+    line = json.dumps(out, sort_keys=False)
+    print(line)
+    if args.json_out:
+        args.json_out.write_text(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""``schema.sql`` is the canonical PostgreSQL DDL: it must match both the code that
+renders it and what ``migrate()`` builds."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+
+from hipq.store import SQLStore, open_store
+from hipq.store.schema import SCHEMA_VERSION, render_postgres_ddl
+
+SCHEMA_SQL = Path(__file__).resolve().parents[2] / "schema.sql"
+
+_numbers = itertools.count()
+
+COLUMNS = """
+    SELECT table_name, column_name, data_type, udt_name, is_nullable, column_default
+    FROM information_schema.columns WHERE table_schema = 'public'
+    ORDER BY table_name, column_name
+"""
+INDEXES = """
+    SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'
+    ORDER BY tablename, indexname
+"""
+CONSTRAINTS = """
+    SELECT conrelid::regclass::text AS table_name, conname, pg_get_constraintdef(oid) AS def
+    FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+    ORDER BY 1, 2
+"""
+
+
+def test_schema_sql_is_rendered_from_the_code() -> None:
+    assert SCHEMA_SQL.read_text() == render_postgres_ddl(), (
+        "schema.sql is stale: run python -m hipq.store.schema > schema.sql")
+
+
+async def _shape(conn: asyncpg.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    return {name: [tuple(r) for r in await conn.fetch(query)]
+            for name, query in (("columns", COLUMNS), ("indexes", INDEXES),
+                                ("constraints", CONSTRAINTS))}
+
+
+@pytest.fixture
+async def empty_database(pg_url: str) -> AsyncIterator[Callable[[], Awaitable[str]]]:
+    """Makes empty databases on the test server (plain ``postgresql://`` URLs);
+    drops them at teardown."""
+    admin = await asyncpg.connect(pg_url)
+    names: list[str] = []
+
+    async def make() -> str:
+        names.append(f"schema_{os.getpid()}_{next(_numbers)}")
+        await admin.execute(f"CREATE DATABASE {names[-1]}")
+        return pg_url.rsplit("/", 1)[0] + "/" + names[-1]
+
+    try:
+        yield make
+        for name in names:
+            await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await admin.close()
+
+
+async def _shape_after_file(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(SCHEMA_SQL.read_text())
+        return await _shape(conn)
+    finally:
+        await conn.close()
+
+
+async def _shape_after_migrate(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    store = await open_store(url)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(url)
+    try:
+        return await _shape(conn)
+    finally:
+        await conn.close()
+
+
+async def test_schema_sql_matches_migrate(
+        empty_database: Callable[[], Awaitable[str]]) -> None:
+    expected = await _shape_after_file(await empty_database())
+    actual = await _shape_after_migrate(await empty_database())
+
+    assert {t for t, *_ in expected["columns"]} >= {"jobs", "archived_jobs", "hipq_meta"}
+    assert len(expected["indexes"]) > 10
+    assert actual == expected
+
+
+async def test_migrate_is_idempotent(store: SQLStore) -> None:
+    assert await store.migrate() == SCHEMA_VERSION
+    assert await store.migrate() == SCHEMA_VERSION
+    await store.check_schema()
+    async with store.engine.connect() as conn:
+        rows = (await conn.execute(sa.text("SELECT key, value FROM hipq_meta"))).all()
+    assert [tuple(r) for r in rows] == [("schema_version", str(SCHEMA_VERSION))]

@@ -1,0 +1,702 @@
+"""Contract tests of :class:`hipq.store.SQLStore`: every test runs on SQLite and
+PostgreSQL (the ``store`` fixture), and times come from a :class:`FakeClock`."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from hipq.config import QueueConfig
+from hipq.jobs import Job, JobState, Ordering
+from hipq.store import (
+    Change,
+    ChangeKind,
+    InboxOutcome,
+    InsertStatus,
+    Response,
+    SQLStore,
+    open_store,
+)
+from hipq.testing import FakeClock
+
+Q = "q"
+OWNER = "daemon-a"
+OTHER = "daemon-b"
+
+
+def make_job(clock: FakeClock, job_id: str, *, queue: str = Q, run_at: datetime | None = None,
+             body_hash: str = "hash-1", **fields: Any) -> Job:
+    now = clock.now()
+    return Job(id=job_id, queue=queue, run_at=run_at or now, created_at=now, updated_at=now,
+               token=f"tok-{job_id}", body_hash=body_hash, data={"n": job_id}, **fields)
+
+
+async def insert(store: SQLStore, *jobs: Job) -> None:
+    outcomes = await store.job_insert_many(jobs)
+    assert [o.status for o in outcomes] == [InsertStatus.CREATED] * len(jobs)
+
+
+async def start(store: SQLStore, clock: FakeClock, *jobs: Job, owner: str = OWNER,
+                heartbeat_seconds: float | None = None) -> list[Job]:
+    """Insert ``jobs`` and claim them as running."""
+    await insert(store, *jobs)
+    running = await store.job_mark_running_many(
+        queue=jobs[0].queue, ids=[j.id for j in jobs], now=clock.now(), owner=owner,
+        heartbeat_seconds=heartbeat_seconds)
+    assert [j.id for j in running] == [j.id for j in jobs]
+    return running
+
+
+def archive(job: Job, *, status: str = "succeeded", **fields: Any) -> Change:
+    values: dict[str, Any] = {"attempt": job.attempt, "launched_at": job.launched_at,
+                              "correlation_key": job.correlation_key, **fields}
+    return Change(kind=ChangeKind.ARCHIVE, queue=job.queue, id=job.id, status=status,
+                  outcome=status, **values)
+
+
+async def get(store: SQLStore, job_id: str, queue: str = Q) -> Job:
+    job = await store.job_get(queue, job_id)
+    assert job is not None
+    return job
+
+
+# -- queues -------------------------------------------------------------------------
+
+
+async def test_queue_upsert_creates_then_replaces(store: SQLStore, clock: FakeClock) -> None:
+    created_at = clock.now()
+    assert await store.queue_upsert(QueueConfig(id=Q, attempts=2), now=created_at) is True
+    updated_at = clock.advance(60)
+    assert await store.queue_upsert(QueueConfig(id=Q, attempts=7), now=updated_at) is False
+
+    record = await store.queue_get(Q)
+    assert record is not None
+    assert record.config.attempts == 7
+    assert (record.created_at, record.updated_at) == (created_at, updated_at)
+
+
+async def test_queue_get_missing_is_none(store: SQLStore) -> None:
+    assert await store.queue_get("nope") is None
+
+
+async def test_queue_list_is_sorted_by_id(store: SQLStore, clock: FakeClock) -> None:
+    for name in ("b", "c", "a"):
+        await store.queue_upsert(QueueConfig(id=name), now=clock.now())
+    assert [r.id for r in await store.queue_list()] == ["a", "b", "c"]
+
+
+async def test_queue_set_paused(store: SQLStore, clock: FakeClock) -> None:
+    await store.queue_upsert(QueueConfig(id=Q), now=clock.now())
+
+    assert await store.queue_set_paused(Q, True, now=clock.now()) is True
+    record = await store.queue_get(Q)
+    assert record is not None
+    assert record.paused is True
+    assert record.config.paused is True
+    assert await store.queue_set_paused("nope", True, now=clock.now()) is False
+
+
+# -- enqueue ------------------------------------------------------------------------
+
+
+async def test_insert_creates_and_round_trips(store: SQLStore, clock: FakeClock) -> None:
+    job = make_job(clock, "j1", priority=5, weight=3, critical=True, max_attempts=4,
+                   expires_at=clock.now() + timedelta(hours=1), ordering_key="k")
+    [outcome] = await store.job_insert_many([job])
+
+    assert outcome.status is InsertStatus.CREATED
+    assert await get(store, "j1") == job
+
+
+async def test_insert_same_body_is_exists_with_the_stored_job(store: SQLStore,
+                                                             clock: FakeClock) -> None:
+    first = make_job(clock, "j1")
+    await insert(store, first)
+    repeat = make_job(clock, "j1", priority=1)  # same body_hash: an idempotent repeat
+
+    [outcome] = await store.job_insert_many([repeat])
+    assert outcome.status is InsertStatus.EXISTS
+    assert outcome.job == first
+
+
+async def test_insert_other_body_is_conflict(store: SQLStore, clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "j1"))
+
+    [outcome] = await store.job_insert_many([make_job(clock, "j1", body_hash="hash-2")])
+    assert outcome.status is InsertStatus.CONFLICT
+    assert outcome.error
+    assert await get(store, "j1") == make_job(clock, "j1")
+
+
+async def test_insert_same_id_in_another_queue_is_created(store: SQLStore,
+                                                          clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "j1"))
+    await insert(store, make_job(clock, "j1", queue="other"))
+
+
+@pytest.mark.parametrize(("body_hash", "status"),
+                         [("hash-1", InsertStatus.EXISTS), ("hash-2", InsertStatus.CONFLICT)])
+async def test_insert_archived_id(store: SQLStore, clock: FakeClock, body_hash: str,
+                                  status: InsertStatus) -> None:
+    await insert(store, make_job(clock, "j1"))
+    await store.job_cancel_queued(queue=Q, job_id="j1", now=clock.now())
+
+    [outcome] = await store.job_insert_many([make_job(clock, "j1", body_hash=body_hash)])
+    assert outcome.status is status
+    assert outcome.job is not None
+    assert outcome.job.status is JobState.CANCELLED
+    assert (await get(store, "j1")).status is JobState.CANCELLED  # not re-queued
+
+
+async def test_insert_fixed_correlation_key_in_use_is_conflict(store: SQLStore,
+                                                              clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "j1", correlation_key="key", correlation_fixed=True))
+
+    [outcome] = await store.job_insert_many(
+        [make_job(clock, "j2", correlation_key="key", correlation_fixed=True)])
+    assert outcome.status is InsertStatus.CONFLICT
+    assert outcome.job is None
+    assert await store.job_get(Q, "j2") is None
+
+
+async def test_insert_many_answers_in_input_order(store: SQLStore, clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "old"), make_job(clock, "clash"))
+
+    outcomes = await store.job_insert_many([
+        make_job(clock, "new-1"), make_job(clock, "clash", body_hash="x"),
+        make_job(clock, "old"), make_job(clock, "new-2")])
+    assert [(o.id, o.status) for o in outcomes] == [
+        ("new-1", InsertStatus.CREATED), ("clash", InsertStatus.CONFLICT),
+        ("old", InsertStatus.EXISTS), ("new-2", InsertStatus.CREATED)]
+
+
+# -- fetching due jobs ----------------------------------------------------------------
+
+
+async def _insert_mixed(store: SQLStore, clock: FakeClock) -> None:
+    t0 = clock.now()
+    await insert(store,
+                 make_job(clock, "late-urgent", run_at=t0 - timedelta(seconds=10), priority=1),
+                 make_job(clock, "early-lazy", run_at=t0 - timedelta(seconds=30), priority=9),
+                 make_job(clock, "b-mid", run_at=t0 - timedelta(seconds=20), priority=5),
+                 make_job(clock, "a-mid", run_at=t0 - timedelta(seconds=20), priority=5),
+                 make_job(clock, "mid-urgent", run_at=t0 - timedelta(seconds=20), priority=1))
+
+
+async def _due_ids(store: SQLStore, clock: FakeClock, ordering: Ordering, *,
+                   limit: int = 100, critical_only: bool = False) -> list[str]:
+    jobs = await store.job_fetch_due(queue=Q, now=clock.now(), limit=limit, ordering=ordering,
+                                     critical_only=critical_only)
+    return [j.id for j in jobs]
+
+
+async def test_fetch_due_time_then_priority(store: SQLStore, clock: FakeClock) -> None:
+    await _insert_mixed(store, clock)
+    assert await _due_ids(store, clock, Ordering.TIME_THEN_PRIORITY) == [
+        "early-lazy", "mid-urgent", "a-mid", "b-mid", "late-urgent"]
+
+
+async def test_fetch_due_priority_then_time(store: SQLStore, clock: FakeClock) -> None:
+    await _insert_mixed(store, clock)
+    assert await _due_ids(store, clock, Ordering.PRIORITY_THEN_TIME) == [
+        "mid-urgent", "late-urgent", "a-mid", "b-mid", "early-lazy"]
+
+
+@pytest.mark.parametrize("ordering", list(Ordering))
+async def test_fetch_due_is_bounded(store: SQLStore, clock: FakeClock,
+                                    ordering: Ordering) -> None:
+    await _insert_mixed(store, clock)
+    assert len(await _due_ids(store, clock, ordering, limit=2)) == 2
+
+
+async def test_fetch_due_takes_run_at_up_to_now(store: SQLStore, clock: FakeClock) -> None:
+    now = clock.now()
+    await insert(store, make_job(clock, "now", run_at=now),
+                 make_job(clock, "future", run_at=now + timedelta(microseconds=1000)))
+
+    assert await _due_ids(store, clock, Ordering.TIME_THEN_PRIORITY) == ["now"]
+    clock.advance(1)
+    assert await _due_ids(store, clock, Ordering.TIME_THEN_PRIORITY) == ["now", "future"]
+
+
+async def test_fetch_due_only_queued_jobs_of_the_queue(store: SQLStore,
+                                                       clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "running"))
+    await insert(store, make_job(clock, "queued"), make_job(clock, "elsewhere", queue="other"))
+
+    assert await _due_ids(store, clock, Ordering.TIME_THEN_PRIORITY) == ["queued"]
+
+
+@pytest.mark.parametrize("ordering", list(Ordering))
+async def test_fetch_due_critical_only(store: SQLStore, clock: FakeClock,
+                                       ordering: Ordering) -> None:
+    t0 = clock.now()
+    await insert(store,
+                 make_job(clock, "crit-late", run_at=t0, priority=1, critical=True),
+                 make_job(clock, "plain", run_at=t0 - timedelta(seconds=20)),
+                 make_job(clock, "crit-early", run_at=t0 - timedelta(seconds=10), priority=9,
+                          critical=True))
+
+    ids = await _due_ids(store, clock, ordering, critical_only=True)
+    assert ids == ["crit-early", "crit-late"]
+
+
+# -- claiming (step 4) and confirming launches -------------------------------------------
+
+
+async def test_mark_running_claims(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1", timeout_seconds=90))
+    now = clock.now()
+
+    assert job.status is JobState.RUNNING
+    assert job.attempt == 1
+    assert job.owner == OWNER
+    assert job.launched_at == now
+    assert job.deadline == now + timedelta(seconds=90)
+    assert job.launch_confirmed is False
+    assert job.correlation_key == "tok-j1.1"
+    assert await get(store, "j1") == job
+
+
+@pytest.mark.parametrize(("timeout_seconds", "heartbeat", "expected"),
+                         [(90.0, 10.0, 10.0), (5.0, 10.0, 5.0), (7.5, None, 7.5)])
+async def test_mark_running_deadline_is_the_shorter_of_timeout_and_heartbeat(
+        store: SQLStore, clock: FakeClock, timeout_seconds: float, heartbeat: float | None,
+        expected: float) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1", timeout_seconds=timeout_seconds),
+                        heartbeat_seconds=heartbeat)
+    assert job.deadline == clock.now() + timedelta(seconds=expected)
+
+
+async def test_mark_running_keeps_a_fixed_correlation_key(store: SQLStore,
+                                                          clock: FakeClock) -> None:
+    [job] = await start(store, clock,
+                        make_job(clock, "j1", correlation_key="mine", correlation_fixed=True))
+    assert job.correlation_key == "mine"
+
+
+async def test_mark_running_key_follows_the_attempt(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1", attempt=2))
+    assert (job.attempt, job.correlation_key) == (3, "tok-j1.3")
+
+
+async def test_mark_running_skips_jobs_not_queued(store: SQLStore, clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "running"))
+    await insert(store, make_job(clock, "b"), make_job(clock, "a"))
+
+    claimed = await store.job_mark_running_many(
+        queue=Q, ids=["b", "running", "missing", "a"], now=clock.now(), owner=OTHER,
+        heartbeat_seconds=None)
+    assert [j.id for j in claimed] == ["b", "a"]
+    assert (await get(store, "running")).owner == OWNER
+    assert await store.job_mark_running_many(queue=Q, ids=[], now=clock.now(), owner=OTHER,
+                                             heartbeat_seconds=None) == []
+
+
+async def test_mark_running_only_in_the_given_queue(store: SQLStore, clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "j1", queue="other"))
+    assert await store.job_mark_running_many(queue=Q, ids=["j1"], now=clock.now(), owner=OWNER,
+                                             heartbeat_seconds=None) == []
+
+
+async def test_confirm_launch(store: SQLStore, clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "j1"), make_job(clock, "j2"), make_job(clock, "j3"))
+
+    assert await store.job_confirm_launch_many(keys=[(Q, "j1", 1)], owner=OWNER) == 1
+    assert await store.job_confirm_launch_many(keys=[(Q, "j2", 1)], owner=OTHER) == 0
+    assert await store.job_confirm_launch_many(keys=[(Q, "j3", 2)], owner=OWNER) == 0
+    confirmed = {i: (await get(store, i)).launch_confirmed for i in ("j1", "j2", "j3")}
+    assert confirmed == {"j1": True, "j2": False, "j3": False}
+
+
+# -- persisting the batch (step 3) ------------------------------------------------------
+
+
+async def test_persist_archive(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    now = clock.advance(5)
+
+    applied = await store.persist_batch(
+        changes=[archive(job, result={"ok": 1}, response={"raw": True})], owner=OWNER, now=now)
+
+    assert applied == {(Q, "j1")}
+    done = await get(store, "j1")
+    assert (done.status, done.result, done.finished_at) == (JobState.SUCCEEDED, {"ok": 1}, now)
+    assert await store.job_fetch_due(queue=Q, now=now, limit=10,
+                                     ordering=Ordering.TIME_THEN_PRIORITY) == []
+    [attempt] = await store.job_attempts(Q, "j1")
+    assert (attempt.attempt, attempt.outcome, attempt.launched_at, attempt.finished_at) == (
+        1, "succeeded", job.launched_at, now)
+    assert attempt.response == {"raw": True}
+
+
+async def test_persist_archive_failed_with_error(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    error = {"kind": "http_status", "detail": "500"}
+
+    await store.persist_batch(changes=[archive(job, status="failed", error=error)],
+                              owner=OWNER, now=clock.now())
+    [failed] = await store.job_list_archived(queue=Q, status="failed")
+    assert (failed.id, failed.error) == ("j1", error)
+
+
+async def test_persist_requeue(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    now = clock.advance(5)
+    retry_at = now + timedelta(minutes=1)
+    error = {"kind": "timeout", "detail": ""}
+
+    applied = await store.persist_batch(changes=[Change(
+        kind=ChangeKind.REQUEUE, queue=Q, id="j1", attempt=1, run_at=retry_at, error=error,
+        data={"n": "changed"}, outcome="timeout", launched_at=job.launched_at,
+        correlation_key=job.correlation_key)], owner=OWNER, now=now)
+
+    assert applied == {(Q, "j1")}
+    again = await get(store, "j1")
+    assert (again.status, again.attempt, again.run_at, again.error, again.data) == (
+        JobState.QUEUED, 1, retry_at, error, {"n": "changed"})
+    assert (again.owner, again.deadline, again.correlation_key) == (None, None, None)
+    [attempt] = await store.job_attempts(Q, "j1")
+    assert (attempt.outcome, attempt.error) == ("timeout", error)
+    assert [j.id for j in await store.job_fetch_due(
+        queue=Q, now=retry_at, limit=10, ordering=Ordering.TIME_THEN_PRIORITY)] == ["j1"]
+
+
+async def test_persist_requeue_keeps_data_and_fixed_key(store: SQLStore,
+                                                        clock: FakeClock) -> None:
+    [job] = await start(store, clock,
+                        make_job(clock, "j1", correlation_key="mine", correlation_fixed=True))
+
+    await store.persist_batch(changes=[Change(
+        kind=ChangeKind.REQUEUE, queue=Q, id="j1", attempt=1, run_at=clock.now(),
+        outcome="lost")], owner=OWNER, now=clock.now())
+    again = await get(store, "j1")
+    assert (again.data, again.correlation_key) == (job.data, "mine")
+
+
+async def test_persist_extend(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    deadline = clock.now() + timedelta(hours=3)
+
+    applied = await store.persist_batch(changes=[Change(
+        kind=ChangeKind.EXTEND, queue=Q, id="j1", attempt=1, deadline=deadline)],
+        owner=OWNER, now=clock.now())
+
+    assert applied == {(Q, "j1")}
+    extended = await get(store, "j1")
+    assert (extended.status, extended.deadline) == (JobState.RUNNING, deadline)
+    assert await store.job_attempts(Q, "j1") == []
+    assert job.deadline != deadline
+
+
+@pytest.mark.parametrize(("owner", "attempt"), [(OTHER, 1), (OWNER, 2), (OWNER, 0)])
+async def test_persist_guards_owner_and_attempt(store: SQLStore, clock: FakeClock, owner: str,
+                                                attempt: int) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    [row_id] = await store.inbox_insert_many(
+        [Response(correlation_key="tok-j1.1")], now=clock.now())
+    assert row_id is not None
+    stale = [Change(kind=kind, queue=Q, id="j1", attempt=attempt, status="succeeded",
+                    run_at=clock.now(), deadline=clock.now(), outcome="x", inbox_ids=(row_id,))
+             for kind in ChangeKind]
+
+    for change in stale:
+        assert await store.persist_batch(changes=[change], owner=owner, now=clock.now()) == set()
+
+    assert await get(store, "j1") == job
+    assert await store.job_attempts(Q, "j1") == []
+    assert [r.id for r in await store.inbox_pending_for_keys(["tok-j1.1"])] == [row_id]
+
+
+async def test_persist_applies_only_guarded_changes(store: SQLStore, clock: FakeClock) -> None:
+    jobs = await start(store, clock, make_job(clock, "mine"), make_job(clock, "stale"))
+
+    applied = await store.persist_batch(
+        changes=[archive(jobs[0]), archive(jobs[1], attempt=5)], owner=OWNER, now=clock.now())
+    assert applied == {(Q, "mine")}
+    assert (await get(store, "stale")).status is JobState.RUNNING
+
+
+async def test_persist_marks_inbox_rows_in_the_same_transaction(store: SQLStore,
+                                                                clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    applied_id, other_id = await store.inbox_insert_many(
+        [Response(correlation_key="tok-j1.1"), Response(correlation_key="nobody")],
+        now=clock.now())
+    assert applied_id is not None
+    assert other_id is not None
+
+    await store.persist_batch(changes=[archive(job, inbox_ids=(applied_id,))], owner=OWNER,
+                              now=clock.now(), inbox=[(other_id, InboxOutcome.UNMATCHED)])
+    assert await store.inbox_pending_for_keys(["tok-j1.1", "nobody"]) == []
+
+
+async def test_persist_inbox_marks_alone(store: SQLStore, clock: FakeClock) -> None:
+    [row_id] = await store.inbox_insert_many([Response(correlation_key="k")], now=clock.now())
+    assert row_id is not None
+
+    applied = await store.persist_batch(changes=[], owner=OWNER, now=clock.now(),
+                                        inbox=[(row_id, InboxOutcome.STALE)])
+    assert applied == set()
+    assert await store.inbox_pending_for_keys(["k"]) == []
+
+
+# -- the response inbox ---------------------------------------------------------------
+
+
+async def test_inbox_insert_dedup_key_duplicate_is_none(store: SQLStore,
+                                                        clock: FakeClock) -> None:
+    first = await store.inbox_insert_many(
+        [Response(correlation_key="k", dedup_key="m-1"), Response(correlation_key="k")],
+        now=clock.now())
+    again = await store.inbox_insert_many(
+        [Response(correlation_key="k"), Response(correlation_key="k", dedup_key="m-1"),
+         Response(correlation_key="k", dedup_key="m-2")], now=clock.now())
+
+    assert all(isinstance(i, int) for i in first)
+    assert again[1] is None
+    assert isinstance(again[0], int)
+    assert isinstance(again[2], int)
+    assert len({*first, again[0], again[2]}) == 4
+    assert len(await store.inbox_pending_for_keys(["k"])) == 4
+
+
+async def test_inbox_insert_returns_ids_in_input_order(store: SQLStore,
+                                                       clock: FakeClock) -> None:
+    ids = await store.inbox_insert_many([Response(correlation_key=f"k{i}") for i in range(5)],
+                                        now=clock.now())
+    rows = await store.inbox_pending_for_keys([f"k{i}" for i in range(5)])
+    assert [(r.id, r.correlation_key) for r in rows] == [
+        (i, f"k{n}") for n, i in enumerate(ids)]
+
+
+async def test_inbox_row_fields_round_trip(store: SQLStore, clock: FakeClock) -> None:
+    response = Response(correlation_key="k", status="failed", attempt=2, retryable=False,
+                        result={"r": [1, 2]}, error={"kind": "boom"}, extend_seconds=30.5,
+                        source="kafka")
+    [row_id] = await store.inbox_insert_many([response], now=clock.now())
+
+    [row] = await store.inbox_pending_for_keys(["k"])
+    assert (row.id, row.status, row.attempt, row.retryable, row.result, row.error,
+            row.extend_seconds, row.source, row.received_at) == (
+        row_id, "failed", 2, False, {"r": [1, 2]}, {"kind": "boom"}, 30.5, "kafka", clock.now())
+
+
+async def test_inbox_pending_for_keys(store: SQLStore, clock: FakeClock) -> None:
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=k) for k in ("b", "a", "c", "b")], now=clock.now())
+    await store.inbox_mark_many([(ids[3], InboxOutcome.DUPLICATE)], now=clock.now())
+
+    rows = await store.inbox_pending_for_keys(["a", "b"])
+    assert [(r.id, r.correlation_key) for r in rows] == [(ids[0], "b"), (ids[1], "a")]
+    assert await store.inbox_pending_for_keys([]) == []
+
+
+async def test_inbox_pending_scan(store: SQLStore, clock: FakeClock) -> None:
+    ids: list[int | None] = []
+    for key in ("a", "b", "c", "d", "e"):
+        ids += await store.inbox_insert_many([Response(correlation_key=key)], now=clock.now())
+        clock.advance(10)
+    await store.inbox_mark_many([(ids[1], InboxOutcome.LATE)], now=clock.now())
+    before = clock.now() - timedelta(seconds=25)  # received at +30 s, d and e are too recent
+
+    page = await store.inbox_pending_scan(after_id=0, before=before, limit=1)
+    assert [r.correlation_key for r in page] == ["a"]
+    rest = await store.inbox_pending_scan(after_id=page[-1].id, before=before, limit=10)
+    assert [r.correlation_key for r in rest] == ["c"]
+
+
+async def test_launch_results_record(store: SQLStore, clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "j1"), make_job(clock, "j2"))
+
+    await store.launch_results_record(
+        confirm=[(Q, "j1", 1), (Q, "j2", 7)],
+        responses=[Response(correlation_key="tok-j1.1", source="target", result={"x": 1})],
+        owner=OWNER, now=clock.now())
+
+    assert (await get(store, "j1")).launch_confirmed is True
+    assert (await get(store, "j2")).launch_confirmed is False
+    [row] = await store.inbox_pending_for_keys(["tok-j1.1"])
+    assert (row.source, row.result, row.received_at) == ("target", {"x": 1}, clock.now())
+
+
+async def test_launch_results_record_checks_owner(store: SQLStore, clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "j1"))
+    await store.launch_results_record(confirm=[(Q, "j1", 1)], responses=[], owner=OTHER,
+                                      now=clock.now())
+    assert (await get(store, "j1")).launch_confirmed is False
+
+
+# -- ending queued jobs -----------------------------------------------------------------
+
+
+async def test_expired_sweep(store: SQLStore, clock: FakeClock) -> None:
+    t0 = clock.now()
+    await insert(store, make_job(clock, "gone", expires_at=t0 + timedelta(seconds=5)),
+                 make_job(clock, "gone-too", queue="other", expires_at=t0),
+                 make_job(clock, "later", expires_at=t0 + timedelta(hours=1)),
+                 make_job(clock, "never"))
+    await start(store, clock, make_job(clock, "running", expires_at=t0))
+    now = clock.advance(5)
+
+    swept = await store.job_expired_sweep(now=now, limit=10)
+
+    assert sorted(j.id for j in swept) == ["gone", "gone-too"]
+    gone = await get(store, "gone")
+    assert (gone.status, gone.finished_at, gone.error["kind"] if gone.error else None) == (
+        JobState.EXPIRED, now, "expired")
+    for job_id in ("later", "never"):
+        assert (await get(store, job_id)).status is JobState.QUEUED
+    assert (await get(store, "running")).status is JobState.RUNNING
+
+
+async def test_expired_sweep_is_bounded_oldest_first(store: SQLStore, clock: FakeClock) -> None:
+    t0 = clock.now()
+    await insert(store, *(make_job(clock, f"j{i}", expires_at=t0 - timedelta(seconds=i))
+                          for i in range(5)))
+
+    swept = await store.job_expired_sweep(now=t0, limit=2)
+    assert sorted(j.id for j in swept) == ["j3", "j4"]
+    assert len(await store.job_expired_sweep(now=t0, limit=10)) == 3
+
+
+async def test_archive_queued_many(store: SQLStore, clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "a"), make_job(clock, "b"))
+    await start(store, clock, make_job(clock, "running"))
+    error = {"kind": "dropped"}
+
+    ended = await store.job_archive_queued_many(
+        queue=Q, ends={"a": ("cancelled", error), "running": ("failed", None),
+                       "missing": ("failed", None)}, now=clock.now())
+
+    assert [(j.id, j.status, j.error) for j in ended] == [("a", JobState.CANCELLED, error)]
+    assert (await get(store, "a")).status is JobState.CANCELLED
+    assert (await get(store, "b")).status is JobState.QUEUED
+    assert (await get(store, "running")).status is JobState.RUNNING
+    assert await store.job_archive_queued_many(queue=Q, ends={}, now=clock.now()) == []
+
+
+# -- reading jobs -------------------------------------------------------------------------
+
+
+async def test_job_get_finds_hot_and_archived_jobs(store: SQLStore, clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "hot"), make_job(clock, "cold"))
+    await store.job_cancel_queued(queue=Q, job_id="cold", now=clock.now())
+
+    hot, cold = await get(store, "hot"), await get(store, "cold")
+    assert (hot.status, hot.finished_at) == (JobState.QUEUED, None)
+    assert (cold.status, cold.finished_at) == (JobState.CANCELLED, clock.now())
+    assert await store.job_get(Q, "missing") is None
+    assert await store.job_get("other", "hot") is None
+
+
+# -- leases -------------------------------------------------------------------------------
+
+
+async def test_lease_acquire(store: SQLStore, clock: FakeClock) -> None:
+    held = await store.lease_acquire_many(queues=["a", "b"], owner=OWNER, now=clock.now(),
+                                          seconds=30)
+    assert held == {"a", "b"}
+    taken = await store.lease_acquire_many(queues=["a", "c"], owner=OTHER, now=clock.now(),
+                                           seconds=30)
+    assert taken == {"c"}
+
+
+async def test_lease_renewal_keeps_it(store: SQLStore, clock: FakeClock) -> None:
+    await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(), seconds=30)
+    clock.advance(20)
+    assert await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(),
+                                          seconds=30) == {"a"}
+    clock.advance(20)  # 40 s after the first lease, 20 s after the renewal
+    assert await store.lease_acquire_many(queues=["a"], owner=OTHER, now=clock.now(),
+                                          seconds=30) == set()
+
+
+async def test_lease_taken_over_after_expiry(store: SQLStore, clock: FakeClock) -> None:
+    await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(), seconds=30)
+    clock.advance(31)
+
+    assert await store.lease_acquire_many(queues=["a"], owner=OTHER, now=clock.now(),
+                                          seconds=30) == {"a"}
+    assert await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(),
+                                          seconds=30) == set()
+
+
+async def test_lease_release_all(store: SQLStore, clock: FakeClock) -> None:
+    await store.lease_acquire_many(queues=["a", "b"], owner=OWNER, now=clock.now(), seconds=30)
+
+    assert await store.lease_release_all(owner=OWNER) == 2
+    assert await store.lease_acquire_many(queues=["a"], owner=OTHER, now=clock.now(),
+                                          seconds=30) == {"a"}
+
+
+# -- stats and pruning ------------------------------------------------------------------
+
+
+async def test_queue_stats(store: SQLStore, clock: FakeClock) -> None:
+    t0 = clock.now()
+    await store.queue_upsert(QueueConfig(id=Q, concurrency=10), now=t0)
+    await store.queue_upsert(QueueConfig(id="idle", paused=True), now=t0)
+    await start(store, clock, make_job(clock, "r1", weight=2), make_job(clock, "r2", weight=3))
+    await insert(store, make_job(clock, "due-old", run_at=t0 - timedelta(seconds=40)),
+                 make_job(clock, "due", run_at=t0),
+                 make_job(clock, "future", run_at=t0 + timedelta(hours=1)))
+
+    stats = {s.queue: s for s in await store.queue_stats(now=t0 + timedelta(seconds=20))}
+
+    q = stats[Q]
+    assert (q.paused, q.queued, q.due, q.running, q.running_weight, q.concurrency) == (
+        False, 3, 2, 2, 5, 10)
+    assert q.oldest_due_age_seconds == pytest.approx(60.0)
+    idle = stats["idle"]
+    assert (idle.paused, idle.queued, idle.due, idle.running, idle.running_weight,
+            idle.oldest_due_age_seconds) == (True, 0, 0, 0, 0, None)
+
+
+async def test_archive_prune(store: SQLStore, clock: FakeClock) -> None:
+    jobs = await start(store, clock, make_job(clock, "old-1"), make_job(clock, "old-2"),
+                       make_job(clock, "new"))
+    await store.persist_batch(changes=[archive(j) for j in jobs[:2]], owner=OWNER,
+                              now=clock.now())
+    cutoff = clock.advance(3600)
+    await store.persist_batch(changes=[archive(jobs[2])], owner=OWNER, now=clock.advance(1))
+
+    assert await store.archive_prune(before=cutoff, limit=1) == 1
+    assert await store.archive_prune(before=cutoff, limit=10) == 1
+    assert await store.archive_prune(before=cutoff, limit=10) == 0
+
+    for job_id in ("old-1", "old-2"):
+        assert await store.job_get(Q, job_id) is None
+        assert await store.job_attempts(Q, job_id) == []
+    assert (await get(store, "new")).status is JobState.SUCCEEDED
+    assert len(await store.job_attempts(Q, "new")) == 1
+
+
+# -- PostgreSQL row locks ------------------------------------------------------------------
+
+
+async def test_concurrent_claims_never_share_a_job(store: SQLStore, clock: FakeClock) -> None:
+    if not store.is_postgres:
+        pytest.skip("SQLite has no row locks")
+    ids = [f"j{i:03d}" for i in range(200)]
+    await insert(store, *(make_job(clock, i) for i in ids))
+    other = await open_store(store.engine.url.render_as_string(hide_password=False))
+    owners: dict[str, str] = {}
+    try:
+        for round_ids in (ids[:100], ids[100:]):
+            a, b = await asyncio.gather(*(
+                s.job_mark_running_many(queue=Q, ids=round_ids, now=clock.now(), owner=owner,
+                                        heartbeat_seconds=None)
+                for s, owner in ((store, OWNER), (other, OTHER))))
+            claimed_a, claimed_b = {j.id for j in a}, {j.id for j in b}
+            assert not claimed_a & claimed_b
+            assert claimed_a | claimed_b == set(round_ids)
+            owners |= dict.fromkeys(claimed_a, OWNER) | dict.fromkeys(claimed_b, OTHER)
+    finally:
+        await other.close()
+    running = await store.job_load_running(queue=Q)
+    assert {j.id: j.owner for j in running} == owners
+    assert {j.attempt for j in running} == {1}
