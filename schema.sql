@@ -18,6 +18,8 @@ CREATE TABLE archived_jobs (
 	correlation_key TEXT, 
 	correlation_fixed BOOLEAN NOT NULL, 
 	ordering_key TEXT, 
+	key_order_at TIMESTAMP WITH TIME ZONE, 
+	group_key TEXT, 
 	attempt INTEGER NOT NULL, 
 	max_attempts INTEGER NOT NULL, 
 	created_at TIMESTAMP WITH TIME ZONE NOT NULL, 
@@ -81,6 +83,8 @@ CREATE TABLE jobs (
 	correlation_key TEXT, 
 	correlation_fixed BOOLEAN NOT NULL, 
 	ordering_key TEXT, 
+	key_order_at TIMESTAMP WITH TIME ZONE, 
+	group_key TEXT, 
 	attempt INTEGER NOT NULL, 
 	max_attempts INTEGER NOT NULL, 
 	created_at TIMESTAMP WITH TIME ZONE NOT NULL, 
@@ -98,15 +102,31 @@ CREATE TABLE jobs (
 
 CREATE INDEX ix_jobs_due_critical ON jobs (queue, run_at, priority, id) WHERE status = 'queued' AND critical = true;
 
+CREATE INDEX ix_jobs_due_group_priority ON jobs (queue, group_key, priority, run_at, id) WHERE status = 'queued' AND group_key IS NOT NULL;
+
+CREATE INDEX ix_jobs_due_group_time ON jobs (queue, group_key, run_at, priority, id) WHERE status = 'queued' AND group_key IS NOT NULL;
+
 CREATE INDEX ix_jobs_due_priority ON jobs (queue, priority, run_at, id) WHERE status = 'queued';
 
 CREATE INDEX ix_jobs_due_time ON jobs (queue, run_at, priority, id) WHERE status = 'queued';
 
 CREATE INDEX ix_jobs_expires ON jobs (expires_at) WHERE status = 'queued' AND expires_at IS NOT NULL;
 
+CREATE INDEX ix_jobs_ordering_key ON jobs (queue, ordering_key, key_order_at, id) WHERE ordering_key IS NOT NULL;
+
 CREATE INDEX ix_jobs_running ON jobs (queue, deadline) WHERE status = 'running';
 
 CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key);
+
+CREATE TABLE launch_events (
+	id BIGSERIAL NOT NULL, 
+	queue TEXT NOT NULL, 
+	group_key TEXT NOT NULL, 
+	launched_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	PRIMARY KEY (id)
+);
+
+CREATE INDEX ix_launch_events_queue ON launch_events (queue, launched_at);
 
 CREATE TABLE leases (
 	queue TEXT NOT NULL, 
@@ -114,6 +134,15 @@ CREATE TABLE leases (
 	acquired_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	expires_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	PRIMARY KEY (queue)
+);
+
+CREATE TABLE merged_jobs (
+	queue TEXT NOT NULL, 
+	id TEXT NOT NULL, 
+	into_id TEXT NOT NULL, 
+	body_hash TEXT NOT NULL, 
+	created_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	CONSTRAINT merged_jobs_pkey PRIMARY KEY (queue, id)
 );
 
 CREATE TABLE queues (

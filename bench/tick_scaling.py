@@ -59,7 +59,8 @@ QUEUE = "bench"
 CONCURRENCY = 100
 
 # One SQL expression per column of ``jobs`` for row number ``i`` (from generate_series).
-# Checked against hipq/store/schema.py at run time, so a schema change fails loudly.
+# Checked against hipq/store/schema.py at run time (a new NOT NULL column fails loudly;
+# other columns not listed here are NULL).
 # Jobs are spread over the past day (all due), over 5 priorities, like a real backlog.
 JOB_COLUMN_SQL: dict[str, str] = {
     "queue": "$1::text",
@@ -94,13 +95,15 @@ JOB_COLUMN_SQL: dict[str, str] = {
 
 
 def insert_jobs_sql() -> str:
-    """``INSERT INTO jobs ... SELECT ... FROM generate_series($3, $4) AS i``."""
+    """``INSERT INTO jobs ... SELECT ... FROM generate_series($3, $4) AS i``; columns
+    not in JOB_COLUMN_SQL must be nullable and are left NULL."""
     columns = [c.name for c in s.jobs.columns]
-    if set(columns) != set(JOB_COLUMN_SQL):
+    missing = [c.name for c in s.jobs.columns if not c.nullable and c.name not in JOB_COLUMN_SQL]
+    unknown = sorted(set(JOB_COLUMN_SQL) - set(columns))
+    if missing or unknown:
         raise SystemExit(f"bench loader is out of date with hipq/store/schema.py: "
-                         f"missing {sorted(set(columns) - set(JOB_COLUMN_SQL))}, "
-                         f"extra {sorted(set(JOB_COLUMN_SQL) - set(columns))}")
-    values = ", ".join(JOB_COLUMN_SQL[c] for c in columns)
+                         f"NOT NULL columns missing {missing}, unknown columns {unknown}")
+    values = ", ".join(JOB_COLUMN_SQL.get(c, "NULL") for c in columns)
     return (f"INSERT INTO jobs ({', '.join(columns)}) "
             f"SELECT {values} FROM generate_series($3::bigint, $4::bigint) AS i")
 
@@ -153,6 +156,11 @@ class StatementTimes:
 
     enabled: bool = False
     totals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    current: float = 0.0  # seconds in the driver since the last ``take()``
+
+    def take(self) -> float:
+        spent, self.current = self.current, 0.0
+        return spent
 
     def attach(self, store: SQLStore) -> None:
         engine = store.engine.sync_engine
@@ -163,10 +171,10 @@ class StatementTimes:
 
         @event.listens_for(engine, "after_cursor_execute")
         def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            started = conn.info["bench_t0"].pop()
+            spent = time.perf_counter() - conn.info["bench_t0"].pop()
+            self.current += spent
             if self.enabled:
-                key = " ".join(statement.split())[:110]
-                self.totals[key].append(time.perf_counter() - started)
+                self.totals[" ".join(statement.split())[:110]].append(spent)
 
 
 # -- one backlog size -----------------------------------------------------------------
@@ -177,6 +185,7 @@ class SizeResult:
     size: int
     load_s: float
     ticks_ms: list[float]
+    db_ms: list[float]
     launched: list[int]
     queued_after: int
     profile: list[tuple[str, int, float]]
@@ -187,8 +196,16 @@ class SizeResult:
 
     @property
     def p90(self) -> float:
-        ordered = sorted(self.ticks_ms)
-        return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+        return p90(self.ticks_ms)
+
+    @property
+    def db_median(self) -> float:
+        return statistics.median(self.db_ms)
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
 
 
 async def admin(server: str, *statements: str) -> None:
@@ -238,17 +255,21 @@ async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
                             memory_targets={"t": target})
     next_id = size + 1
     ticks_ms: list[float] = []
+    db_ms: list[float] = []
     launched: list[int] = []
     for tick in range(args.warmup + args.ticks):
         measured = tick >= args.warmup
         times.enabled = measured and args.profile
+        times.take()
         t0 = time.perf_counter()
         result = await reconciler.run_once()
         elapsed = time.perf_counter() - t0
+        in_db = times.take()
         times.enabled = False
         await reconciler.drain()
         if measured:
             ticks_ms.append(elapsed * 1000)
+            db_ms.append(in_db * 1000)
             launched.append(result.launched)
         if result.launched:  # top up: the backlog stays at ``size`` queued jobs
             await raw.execute(insert, QUEUE, clock.now(), next_id,
@@ -258,8 +279,8 @@ async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
         "SELECT count(*) FROM jobs WHERE status = 'queued' AND queue = $1", QUEUE)
     profile = sorted(((sql, len(ts), sum(ts) * 1000 / len(ts))
                       for sql, ts in times.totals.items()), key=lambda p: -p[1] * p[2])
-    return SizeResult(size=size, load_s=load_s, ticks_ms=ticks_ms, launched=launched,
-                      queued_after=int(queued_after), profile=profile)
+    return SizeResult(size=size, load_s=load_s, ticks_ms=ticks_ms, db_ms=db_ms,
+                      launched=launched, queued_after=int(queued_after), profile=profile)
 
 
 # -- report ---------------------------------------------------------------------------
@@ -279,29 +300,35 @@ def report(results: list[SizeResult], args: argparse.Namespace,
     base = results[0]
     print(f"\nreconcile tick time (run_once), batch {CONCURRENCY}, "
           f"{args.ticks} ticks after {args.warmup} warm-up, PostgreSQL {pg_version}")
+    print("(db ms: time spent in the database driver during the tick; the rest is Python)")
     print(f"{'backlog':>10} {'median ms':>10} {'p90 ms':>9} {'min ms':>8} {'max ms':>8} "
-          f"{'launched/tick':>14} {'ratio':>6}")
+          f"{'db median':>10} {'db p90':>8} {'launched':>9} {'ratio':>6} {'db ratio':>9}")
     for r in results:
         print(f"{r.size:>10,} {r.median:>10.2f} {r.p90:>9.2f} {min(r.ticks_ms):>8.2f} "
-              f"{max(r.ticks_ms):>8.2f} {statistics.mean(r.launched):>14.1f} "
-              f"{r.median / base.median:>6.2f}")
+              f"{max(r.ticks_ms):>8.2f} {r.db_median:>10.2f} {p90(r.db_ms):>8.2f} "
+              f"{statistics.mean(r.launched):>9.1f} {r.median / base.median:>6.2f} "
+              f"{r.db_median / base.db_median:>9.2f}")
         if args.profile:
-            print(f"  statements per tick at {r.size:,} (calls over {args.ticks} ticks, "
-                  "mean ms):")
-            for sql, calls, mean_ms in r.profile[:12]:
+            print(f"  statements at {r.size:,} (calls over {args.ticks} ticks x mean ms), "
+                  f"{r.queued_after:,} queued at the end:")
+            for sql, calls, mean_ms in r.profile[:14]:
                 print(f"    {calls:>5} x {mean_ms:7.2f} ms  {sql}")
     out: dict[str, Any] = {}
     for r in results:
         out[f"tick_ms_{label(r.size)}"] = round(r.median, 3)
         out[f"tick_p90_ms_{label(r.size)}"] = round(r.p90, 3)
+        out[f"db_ms_{label(r.size)}"] = round(r.db_median, 3)
     for r in results[1:]:
-        out[f"ratio_{label(r.size)}_{label(base.size)}"] = round(r.median / base.median, 3)
+        name = f"{label(r.size)}_{label(base.size)}"
+        out[f"ratio_{name}"] = round(r.median / base.median, 3)
+        out[f"db_ratio_{name}"] = round(r.db_median / base.db_median, 3)
     out.update({
         "batch": CONCURRENCY, "ticks": args.ticks, "warmup": args.warmup,
-        "sizes": {label(r.size): {"median_ms": round(r.median, 3), "p90_ms": round(r.p90, 3),
-                                  "load_s": round(r.load_s, 1),
-                                  "launched_per_tick": statistics.mean(r.launched)}
-                  for r in results},
+        "sizes": {label(r.size): {
+            "median_ms": round(r.median, 3), "p90_ms": round(r.p90, 3),
+            "db_median_ms": round(r.db_median, 3), "db_p90_ms": round(p90(r.db_ms), 3),
+            "load_s": round(r.load_s, 1), "launched_per_tick": statistics.mean(r.launched),
+            "queued_at_end": r.queued_after} for r in results},
         "postgres": pg_version,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),

@@ -44,6 +44,7 @@ class HttpTarget(_Strict):
     timeout_seconds: float = Field(default=30.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
     auth: dict[str, str] | None = None
+    max_in_flight: int = Field(default=50, ge=1, le=10000)
 
 
 class KafkaTarget(_Strict):
@@ -96,8 +97,34 @@ class CorrelationConfig(_Strict):
 
 
 class TimeWindow(_Strict):
-    start: Annotated[str, Field(pattern=r"^\d{2}:\d{2}$")]
-    end: Annotated[str, Field(pattern=r"^\d{2}:\d{2}$")]
+    """A daily window ``[start, end)`` in local time; ``end <= start`` crosses midnight."""
+
+    start: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+    end: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+
+
+class Quotas(_Strict):
+    """``{field, shares: {group: share}, default?, lend_unused?}`` (see throttling/quotas)."""
+
+    field: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
+    shares: dict[str, Annotated[float, Field(ge=0, le=1)]]
+    default: Annotated[float, Field(ge=0, le=1)] | None = None
+    lend_unused: bool = False
+
+    @model_validator(mode="after")
+    def _sums(self) -> Quotas:
+        total = sum(self.shares.values()) + (self.default or 0)
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"quota shares add up to {total:g}, more than 1")
+        return self
+
+
+class RateLimit(_Strict):
+    """At most ``launches`` launches in any ``per_seconds`` window (per ``by`` group)."""
+
+    launches: int = Field(ge=1)
+    per_seconds: float = Field(gt=0, le=30 * 86400)
+    by: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
 
 
 class QueueConfig(_Strict):
@@ -115,9 +142,10 @@ class QueueConfig(_Strict):
     default_weight: int = Field(default=1, ge=1)
     timezone: str = "UTC"
     time_windows: list[TimeWindow] | None = None
-    quotas: dict[str, Any] | None = None
-    rate_limit: dict[str, Any] | None = None
+    quotas: Quotas | None = None
+    rate_limit: RateLimit | None = None
     merge_by_ordering_key: bool = False
+    ordering_key_mode: Literal["strict", "relaxed_on_retry"] = "strict"
     target: TargetConfig | None = None
     correlation: CorrelationConfig | None = None
     throttler: PluginRef | None = None
@@ -134,14 +162,13 @@ class QueueConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _not_yet(self) -> QueueConfig:
-        # Accepted by the schema (they are part of the contract) but refused until the
-        # throttling suite implements them: silently ignoring a limit would be worse.
-        for key in ("quotas", "rate_limit", "time_windows", "aging_seconds"):
-            if getattr(self, key) is not None:
-                raise ValueError(f"'{key}' is not supported by this version of hipq yet")
-        if self.merge_by_ordering_key:
-            raise ValueError("'merge_by_ordering_key' is not supported by this version yet")
+    def _consistent(self) -> QueueConfig:
+        if self.time_windows is not None:
+            from hipq.throttling import windows  # noqa: PLC0415 (throttling imports config)
+
+            windows.validate([w.model_dump() for w in self.time_windows], self.timezone)
+        if self.quotas is not None and self.concurrency is None:
+            raise ValueError("quotas need a concurrency to share")
         if self.concurrency is not None and self.default_weight > self.concurrency:
             raise ValueError("default_weight is larger than concurrency: no job could ever run")
         return self

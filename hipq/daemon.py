@@ -11,6 +11,7 @@ running in the database for the next owner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -21,12 +22,15 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from hipq.clock import Clock, SystemClock
+from hipq.api import ApiDeps, ApiServer
 from hipq.config import Settings
-from hipq.errors import HipqError, TransientStoreError
+from hipq.errors import ConfigError, HipqError, TransientStoreError
 from hipq.reconciler import Reconciler
+from hipq.responses.signing import load_signer
 from hipq.service import Hipq
 from hipq.store import SQLStore, open_store
 from hipq.targets import Target
+from hipq.targets.http import HttpClient
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,9 @@ class Daemon:
         self._tick_lock = asyncio.Lock()
         self._again = False
         self._wake_handle: asyncio.TimerHandle | None = None
+        self.http: HttpClient | None = None
+        self.api: ApiServer | None = None
+        self.api_port: int | None = None  # the bound port once the API serves
 
     async def open(self) -> Hipq:
         """Open and migrate the store, apply the YAML queues; return the service."""
@@ -68,18 +75,25 @@ class Daemon:
             self.service = Hipq(self.store, clock=self.clock, on_work=self.wake)
             for queue in self.settings.queues:
                 await self.service.create_queue(queue)
+            signer = await load_signer(self.store, self.settings.signing_key)
         except BaseException:
             await self.store.close()
             raise
+        self.http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
+        if self.settings.api.enabled:
+            self.api = ApiServer(ApiDeps(service=self.service, config=self.settings.api,
+                                         signer=signer))
         self.reconciler = Reconciler(self.store, clock=self.clock, owner=self.owner,
                                      config=self.settings.reconcile,
                                      responses=self.settings.responses,
-                                     memory_targets=self.memory_targets, on_wake=self.wake)
+                                     memory_targets=self.memory_targets, on_wake=self.wake,
+                                     http_client=self.http)
         return self.service
 
     async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         if self.service is None:
             await self.open()
+        await self._start_http()
         self._start_scheduler()
         log.info("hipq running as %s (database %s)", self.owner,
                  self.settings.database.url.split("@")[-1], extra={"action": "start"})
@@ -90,9 +104,25 @@ class Daemon:
         finally:
             await self.shutdown()
 
+    async def _start_http(self) -> None:
+        """The shared HTTP client session, then the API (callback URLs need its port)."""
+        assert self.http is not None
+        await self.http.start()
+        if self.api is not None:
+            try:
+                self.api_port = await self.api.start()
+            except OSError as exc:
+                await self.http.close()
+                if self.store is not None:
+                    await self.store.close()
+                raise ConfigError(f"api: cannot listen on {self.settings.api.host}:"
+                                  f"{self.settings.api.port}: {exc.strerror}") from None
+            if self.http.public_url is None:
+                self.http.public_url = self.api.url
+
     def _start_scheduler(self) -> None:
         scheduler = AsyncIOScheduler(timezone=UTC)
-        scheduler.add_job(self.tick, "interval", id="reconcile",
+        scheduler.add_job(self._scheduled_tick, "interval", id="reconcile",
                           seconds=self.settings.reconcile.interval_seconds,
                           next_run_time=datetime.now(UTC), max_instances=3, coalesce=True,
                           misfire_grace_time=None)
@@ -100,6 +130,14 @@ class Daemon:
                           max_instances=1, coalesce=True)
         scheduler.start()
         self._scheduler = scheduler
+
+    async def _scheduled_tick(self) -> None:
+        """The APScheduler job. The scheduler's shutdown cancels the jobs it is running,
+        and a tick cut short can leave jobs marked running that were never launched
+        (their next owner fails them as ``lost``): the tick is shielded, and
+        :meth:`shutdown` waits for it on the tick lock."""
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self.tick())
 
     def wake(self) -> None:
         """Run a tick soon (debounced); safe to call often and from callbacks."""
@@ -150,6 +188,8 @@ class Daemon:
 
     async def shutdown(self) -> None:
         log.info("shutting down", extra={"action": "stop"})
+        if self.api is not None:
+            await self.api.stop()
         if self._wake_handle is not None:
             self._wake_handle.cancel()
         if self._scheduler is not None:
@@ -169,5 +209,7 @@ class Daemon:
         except HipqError as exc:
             log.warning("shutdown could not persist everything: %s", exc)
         finally:
+            if self.http is not None:
+                await self.http.close()
             if self.store is not None:
                 await self.store.close()

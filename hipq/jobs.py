@@ -108,6 +108,8 @@ class Job:
     correlation_key: str | None = None
     correlation_fixed: bool = False
     ordering_key: str | None = None
+    key_order_at: datetime | None = None  # run_at at enqueue: the order within a key
+    group_key: str | None = None  # the quota field's value at enqueue (fetch per group)
     attempt: int = 0
     max_attempts: int = 1
     created_at: datetime

@@ -39,7 +39,12 @@ if TYPE_CHECKING:
     from hipq.config import QueueConfig
 
 __all__ = [
+    "DEFAULT_GROUP",
+    "CapacityPool",
     "GiveUp",
+    "OrderingKeys",
+    "QuotaPlan",
+    "RateBudget",
     "Job",
     "JobError",
     "Retry",
@@ -48,8 +53,26 @@ __all__ = [
     "ThrottleContext",
     "ThrottleResult",
     "Throttler",
+    "effective_priority",
+    "field_value",
+    "group_of",
+    "is_open",
     "load_object",
+    "next_open",
 ]
+
+# The built-in throttling parts, re-exported for plugins (imported lazily: the
+# built-in throttler itself is written against this module).
+_PARTS = {"CapacityPool", "DEFAULT_GROUP", "OrderingKeys", "QuotaPlan", "RateBudget",
+          "effective_priority", "field_value", "group_of", "is_open", "next_open"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PARTS:
+        import hipq.throttling
+
+        return getattr(hipq.throttling, name)
+    raise AttributeError(f"module 'hipq.plugins' has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,12 +84,15 @@ class ThrottleContext:
         candidates: due jobs, in the queue's order, bounded (never the whole backlog).
         running: the queue's running jobs (their weights count against capacity).
         now: aware UTC datetime.
+        recent_launches: for queues with a ``rate_limit``: launch times within the
+            current window, per rate group (``""`` for a queue-wide limit).
     """
 
     queue: QueueConfig
     candidates: Sequence[Job]
     running: Sequence[Job]
     now: datetime
+    recent_launches: Mapping[str, Sequence[datetime]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,7 +45,7 @@ from typing import Any
 from hipq.clock import Clock
 from hipq.config import QueueConfig, ReconcileConfig, ResponsesConfig
 from hipq.errors import HipqError, LaunchError
-from hipq.jobs import ErrorKind, Job, JobError, JobState
+from hipq.jobs import ErrorKind, Job, JobError, JobState, Ordering
 from hipq.plugins import GiveUp, RetryContext, ThrottleContext, Throttler, ThrottleResult
 from hipq.retry import RetryFn, build_retry, decide
 from hipq.store import (
@@ -57,7 +58,8 @@ from hipq.store import (
     SQLStore,
 )
 from hipq.targets import Accepted, Completed, LaunchOutcome, Target, build_target
-from hipq.throttling import build_throttler
+from hipq.targets.http import HttpClient
+from hipq.throttling import DEFAULT_GROUP, QuotaPlan, RateBudget, build_throttler
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,7 @@ class Reconciler:
                  config: ReconcileConfig | None = None,
                  responses: ResponsesConfig | None = None,
                  memory_targets: Mapping[str, Target] | None = None,
+                 http_client: HttpClient | None = None,
                  on_wake: Callable[[], None] | None = None) -> None:
         self.store = store
         self.clock = clock
@@ -145,6 +148,7 @@ class Reconciler:
         self.config = config or ReconcileConfig()
         self.responses = responses or ResponsesConfig()
         self.memory_targets = memory_targets
+        self.http_client = http_client
         self.on_wake = on_wake
         self.batch: dict[tuple[str, str], Entry] = {}
         self.held: set[str] = set()
@@ -155,6 +159,7 @@ class Reconciler:
         self._launch_slots = asyncio.Semaphore(self.config.launch_concurrency)
         self._sweep_after = 0
         self._stopping = False
+        self._candidates: dict[str, list[Job]] = {}
 
     # -- the tick ----------------------------------------------------------------
 
@@ -298,7 +303,8 @@ class Reconciler:
         config = record.config
         target = None
         if config.target is not None:
-            target = build_target(config.target, memory=self.memory_targets)
+            target = build_target(config.target, memory=self.memory_targets,
+                                  http=self.http_client)
         runtime = _QueueRuntime(config=config, throttler=build_throttler(config),
                                 retry=build_retry(config.retry), target=target)
         self._runtimes[record.id] = runtime
@@ -307,6 +313,7 @@ class Reconciler:
     async def _select(self, queues: Mapping[str, QueueRecord], now: datetime,
                       counters: _Counters) -> dict[str, list[str]]:
         chosen: dict[str, list[str]] = {}
+        self._candidates = {}
         for queue_id in sorted(self.held):
             record = queues[queue_id]
             try:
@@ -335,8 +342,13 @@ class Reconciler:
         if not candidates:
             return []
         candidates = await self._expire(config.id, candidates, now, counters)
+        recent: dict[str, list[datetime]] = {}
+        if config.rate_limit is not None:
+            recent = await self.store.launch_events_recent(
+                queue=config.id, since=now - timedelta(seconds=config.rate_limit.per_seconds))
         ctx = ThrottleContext(queue=config, candidates=[j.snapshot() for j in candidates],
-                              running=[j.snapshot() for j in running], now=now)
+                              running=[j.snapshot() for j in running], now=now,
+                              recent_launches=recent)
         try:
             decision = runtime.throttler.select(ctx)
         except Exception:
@@ -344,24 +356,59 @@ class Reconciler:
                           extra={"action": "plugin_error", "queue": config.id})
             counters.add("throttler_errors")
             return []
+        self._candidates[config.id] = candidates
         return await self._apply_decision(config.id, candidates, decision, now, counters)
 
     async def _fetch(self, config: QueueConfig, running: Sequence[Job],
                      now: datetime) -> list[Job]:
+        """Due candidates, bounded by what could launch: free capacity (per quota
+        group when the queue has quotas), plus critical jobs, plus the oldest due
+        jobs when aging may promote them."""
         limit = self.config.fetch_limit
         normal_free = _free(config.concurrency, (j for j in running if not j.critical), limit)
         critical_free = _free(config.effective_critical_concurrency,
                               (j for j in running if j.critical), limit)
-        jobs: list[Job] = []
+        fetch = partial(self.store.job_fetch_due, queue=config.id, now=now,
+                        ordering=config.ordering, key_mode=config.ordering_key_mode)
+        batches: list[list[Job]] = []
         if normal_free > 0:
-            jobs = await self.store.job_fetch_due(queue=config.id, now=now, limit=normal_free,
-                                                  ordering=config.ordering)
+            if config.quotas is not None and config.concurrency is not None:
+                batches.extend(await self._fetch_groups(config, running, normal_free, fetch))
+            else:
+                batches.append(await fetch(limit=normal_free))
+            if config.aging_seconds and config.ordering is Ordering.PRIORITY_THEN_TIME:
+                batches.append(await fetch(limit=normal_free,
+                                           ordering=Ordering.TIME_THEN_PRIORITY))
         if critical_free > 0:
-            seen = {j.id for j in jobs}
-            extra = await self.store.job_fetch_due(queue=config.id, now=now, limit=critical_free,
-                                                   ordering=config.ordering, critical_only=True)
-            jobs.extend(j for j in extra if j.id not in seen)
+            batches.append(await fetch(limit=critical_free, critical_only=True))
+        seen: set[str] = set()
+        jobs = []
+        for batch in batches:
+            for job in batch:
+                if job.id not in seen:
+                    seen.add(job.id)
+                    jobs.append(job)
         return jobs
+
+    @staticmethod
+    async def _fetch_groups(config: QueueConfig, running: Sequence[Job], free: int,
+                            fetch: Callable[..., Awaitable[list[Job]]]) -> list[list[Job]]:
+        """One bounded fetch per quota group that has room (all groups may borrow
+        when the queue lends unused quota)."""
+        assert config.quotas is not None and config.concurrency is not None
+        plan = QuotaPlan.of(config.quotas.model_dump(), config.concurrency,
+                            [j for j in running if not j.critical])
+        listed = sorted(config.quotas.shares)
+        out = []
+        for group in [*listed, DEFAULT_GROUP]:
+            room = free if config.quotas.lend_unused else min(plan.free(group), free)
+            if room <= 0:
+                continue
+            if group == DEFAULT_GROUP:
+                out.append(await fetch(limit=room, default_group_excluding=listed))
+            else:
+                out.append(await fetch(limit=room, group=group))
+        return out
 
     async def _expire(self, queue: str, candidates: list[Job], now: datetime,
                       counters: _Counters) -> list[Job]:
@@ -461,9 +508,14 @@ class Reconciler:
         launched: list[Job] = []
         for queue_id, ids in chosen.items():
             config = queues[queue_id].config
+            rate_groups = None
+            if config.rate_limit is not None:
+                budget = RateBudget.of(config.rate_limit.model_dump(), {}, now)
+                rate_groups = {j.id: budget.group(j) for j in self._candidates.get(queue_id, ())
+                               if j.id in set(ids)}
             jobs = await self.store.job_mark_running_many(
                 queue=queue_id, ids=ids, now=now, owner=self.owner,
-                heartbeat_seconds=config.heartbeat_timeout_seconds)
+                heartbeat_seconds=config.heartbeat_timeout_seconds, rate_groups=rate_groups)
             for job in jobs:
                 self.batch[job.key] = Entry(job=job, deadline=job.deadline)
             launched.extend(jobs)

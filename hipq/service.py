@@ -7,11 +7,14 @@ in the same process can wake its reconcile loop early.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from hipq.clock import Clock, SystemClock
 from hipq.config import QueueConfig
@@ -24,7 +27,7 @@ from hipq.errors import (
     ValidationError,
 )
 from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
-from hipq.responses.correlation import render
+from hipq.responses.correlation import render, response_key
 from hipq.retry import build_retry
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.store import (
@@ -35,7 +38,8 @@ from hipq.store import (
     Response,
     SQLStore,
 )
-from hipq.throttling import build_throttler
+from hipq.throttling import build_throttler, field_value, next_open
+from hipq.throttling.windows import validate as validate_windows
 
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
@@ -109,9 +113,14 @@ class Hipq:
             except ValidationError as exc:
                 results[index] = InsertOutcome(id=job_id, status=InsertStatus.INVALID,
                                                error=str(exc))
-        inserted = await self.store.job_insert_many([job for _, job in jobs])
-        for (index, _), outcome in zip(jobs, inserted, strict=True):
+        merging = [(i, j) for i, j in jobs if config.merge_by_ordering_key and j.ordering_key]
+        plain = [(i, j) for i, j in jobs if not (config.merge_by_ordering_key and j.ordering_key)]
+        inserted = await self.store.job_insert_many([job for _, job in plain])
+        for (index, _), outcome in zip(plain, inserted, strict=True):
             results[index] = outcome
+        for index, job in merging:  # one by one, in order: payloads accumulate in order
+            results[index] = await self.store.job_merge(job)
+            inserted.append(results[index])
         if any(o.status is InsertStatus.CREATED for o in inserted):
             self._wake()
         return [results[i] for i in range(len(items))]
@@ -152,7 +161,8 @@ class Hipq:
                                  timeout_seconds=original.timeout_seconds,
                                  ordering_key=original.ordering_key, critical=original.critical)
         config = (await self.get_queue(queue)).config
-        job = replace(build_job(config, new_job_id(), request, now), replay_of=original.id)
+        job = replace(build_job(config, new_job_id(), request, now), replay_of=original.id,
+                      data=original.data)
         (outcome,) = await self.store.job_insert_many([job])
         if original.status is JobState.EXPIRED or (job.expires_at and job.expires_at <= now):
             error = {"kind": "expired", "detail": "replay of an expired job"}
@@ -188,6 +198,55 @@ class Hipq:
                                 queue=queue, job_id=job_id)
         return await self.report_response(job.correlation_key, response, source="callback")
 
+    async def report_callback(self, correlation_key: str, attempt: int,
+                              response: ResponseRequest) -> int | None:
+        """A signed callback for one try (``attempt`` comes from the signed URL).
+
+        A response for a try older than the job's latest, or for a try other than
+        the running one, raises :class:`StaleResponse` and writes nothing. Otherwise
+        it goes to the inbox (a late one, for a try that already ended, is recorded
+        on the job's history; an unknown key waits ``responses.buffer_seconds``).
+        A repeat of the same final response is stored once (returns None)."""
+        response = response.model_copy(update={"attempt": attempt})
+        job = (await self.store.job_keys_lookup([correlation_key])).get(correlation_key)
+        if job is None:
+            past = await self.store.archived_by_attempt_keys([correlation_key])
+            if correlation_key in past:
+                job = await self.store.job_get(*past[correlation_key])
+        if job is not None and (attempt != job.attempt or (
+                job.status is JobState.RUNNING and job.correlation_key != correlation_key)):
+            raise StaleResponse(f"job {job.id!r} is at attempt {job.attempt}; a response for "
+                                f"attempt {attempt} is stale", queue=job.queue, job_id=job.id)
+        dedup = None if response.status == "running" else response_digest(
+            correlation_key, response)
+        return await self.report_response(correlation_key, response, source="http",
+                                          dedup_key=dedup)
+
+    async def report_by_template(self, queue: str, scope: Mapping[str, Any],
+                                 response: ResponseRequest) -> tuple[str, int | None]:
+        """A response whose key the queue's ``correlation.response`` template (or
+        plugin) finds in ``scope``; returns the key and the inbox row id."""
+        config = (await self.get_queue(queue)).config
+        key = response_key(config.correlation, scope)
+        return key, await self.report_response(key, response, source="http")
+
+    async def list_archived(self, *, queue: str | None = None, status: str | None = None,
+                            limit: int = 100, after: tuple[datetime, str, str] | None = None,
+                            ) -> list[Job]:
+        """Archived jobs, newest first; ``after`` is the key of the last one seen."""
+        return await self.store.job_list_archived(queue=queue, status=status, limit=limit,
+                                                  after=after)
+
+    async def response_counts(self) -> dict[str, int]:
+        """Inbox responses by outcome: pending, applied, duplicate, stale, late, unmatched."""
+        return await self.store.inbox_counts()
+
+
+def response_digest(correlation_key: str, response: ResponseRequest) -> str:
+    body = json.dumps([correlation_key, response.model_dump(mode="json")], sort_keys=True,
+                      separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
 
 def validate_queue(config: QueueConfig) -> None:
     """Build the queue's plugins once, so a bad plugin path fails at creation."""
@@ -200,6 +259,7 @@ def validate_queue(config: QueueConfig) -> None:
 
 def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime) -> Job:
+    """A new queued job from an enqueue request, under the queue's settings."""
     if not _JOB_ID.match(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-]")
@@ -207,21 +267,46 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
     if config.concurrency is not None and weight > config.concurrency:
         raise ValidationError(f"weight {weight} is larger than the queue's concurrency "
                               f"{config.concurrency}: the job could never run")
-    if request.time_windows is not None:
-        raise ValidationError("time_windows are not supported by this version of hipq yet")
-    if request.ordering_key is not None:
-        raise ValidationError("ordering_key is not supported by this version of hipq yet")
+    own_windows = ([w.model_dump() for w in request.time_windows]
+                   if request.time_windows is not None else None)
+    run_at = _first_open_time(config, own_windows, request, now)
     fixed_key = request.correlation_key
     if fixed_key is None and config.correlation and config.correlation.request:
         fixed_key = render(config.correlation.request,
                            {"id": job_id, "queue": config.id, "data": request.data})
+    data = request.data
+    if config.merge_by_ordering_key and request.ordering_key is not None:
+        data = {"payloads": [request.data]}
     return Job(
-        id=job_id, queue=config.id, data=request.data, status=JobState.QUEUED,
-        run_at=request.run_after or now, expires_at=request.expires_at,
+        id=job_id, queue=config.id, data=data, status=JobState.QUEUED,
+        run_at=run_at, expires_at=request.expires_at,
         priority=request.priority, weight=weight, critical=request.critical,
-        time_windows=None, timezone=request.timezone,
+        time_windows=own_windows, timezone=request.timezone,
         timeout_seconds=request.timeout_seconds or config.timeout_seconds,
         correlation_key=fixed_key, correlation_fixed=fixed_key is not None,
-        ordering_key=request.ordering_key, attempt=0, max_attempts=config.attempts,
+        ordering_key=request.ordering_key, key_order_at=run_at,
+        group_key=(field_value(request.data, config.quotas.field)
+                   if config.quotas is not None else None),
+        attempt=0, max_attempts=config.attempts,
         created_at=now, updated_at=now, token=uuid.uuid4().hex, body_hash=request.body_hash(),
     )
+
+
+def _first_open_time(config: QueueConfig, own_windows: list[dict[str, str]] | None,
+                     request: EnqueueRequest, now: datetime) -> datetime:
+    """``run_after`` (or now) moved to the first time the job's windows are open."""
+    windows = own_windows
+    if windows is None and config.time_windows is not None:
+        windows = [w.model_dump() for w in config.time_windows]
+    start = request.run_after or now
+    if not windows:
+        return start
+    tz = request.timezone or config.timezone
+    try:
+        validate_windows(windows, tz)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+    opening = next_open(windows, tz, start)
+    if opening is None:
+        raise ValidationError("the time windows can never open")
+    return opening

@@ -5,6 +5,10 @@ request: ``id``, ``queue``, ``data``; for a Kafka response: ``key``, ``value``,
 ``headers``; for an HTTP response: ``body``, ``path``, ``query``). A missing
 field makes the template fail with :class:`TemplateError` rather than produce a
 half-made key.
+
+Instead of templates a queue may name a plugin, ``{plugin: "module:attr"}``: a
+function ``fn(scope, *, side)`` with ``side`` ``"request"`` (return the job's fixed
+key, or None for the default per-attempt key) or ``"response"`` (return the key).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hipq.errors import ValidationError
+from hipq.config import CorrelationConfig
+from hipq.errors import HipqError, ValidationError
+from hipq.plugins import load_object
 
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)\}")
 
@@ -40,4 +46,43 @@ def render(template: str, scope: Mapping[str, Any]) -> str:
     key = _FIELD.sub(lambda m: str(lookup(m.group(1), scope)), template)
     if not key:
         raise TemplateError("correlation template produced an empty key")
+    return key
+
+
+def _plugin_key(plugin: str, side: str, scope: Mapping[str, Any]) -> str | None:
+    fn = load_object(plugin)
+    try:
+        key = fn(scope, side=side)
+    except HipqError:
+        raise
+    except Exception as exc:
+        raise TemplateError(f"correlation plugin {plugin!r} raised: {exc!r}"[:500]) from None
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise TemplateError(f"correlation plugin {plugin!r} returned {key!r}, not a string")
+    return key
+
+
+def request_key(config: CorrelationConfig | None, scope: Mapping[str, Any]) -> str | None:
+    """The fixed key of a new job (scope: ``id``, ``queue``, ``data``), or None for
+    the default: a fresh key per attempt."""
+    if config is None:
+        return None
+    if config.plugin:
+        return _plugin_key(config.plugin, "request", scope)
+    return render(config.request, scope) if config.request else None
+
+
+def response_key(config: CorrelationConfig | None, scope: Mapping[str, Any]) -> str:
+    """The key an incoming response names (HTTP scope: ``body``, ``path``, ``query``;
+    Kafka: ``key``, ``value``, ``headers``). A plugin is called as
+    ``fn(scope, side="response")`` and must return a non-empty string."""
+    key = None
+    if config is not None and config.plugin:
+        key = _plugin_key(config.plugin, "response", scope)
+    elif config is not None and config.response:
+        key = render(config.response, scope)
+    if key is None:
+        raise TemplateError("this queue has no correlation 'response' template or plugin")
     return key

@@ -94,6 +94,8 @@ def _job_columns() -> list[sa.Column[Any]]:
         sa.Column("correlation_key", sa.Text),
         sa.Column("correlation_fixed", sa.Boolean, nullable=False),
         sa.Column("ordering_key", sa.Text),
+        sa.Column("key_order_at", UTCDateTime),
+        sa.Column("group_key", sa.Text),
         sa.Column("attempt", sa.Integer, nullable=False),
         sa.Column("max_attempts", sa.Integer, nullable=False),
         sa.Column("created_at", UTCDateTime, nullable=False),
@@ -129,6 +131,14 @@ sa.Index("ix_jobs_due_priority", jobs.c.queue, jobs.c.priority, jobs.c.run_at, j
 _critical = sa.and_(jobs.c.status == QUEUED, jobs.c.critical == sa.true())
 sa.Index("ix_jobs_due_critical", jobs.c.queue, jobs.c.run_at, jobs.c.priority, jobs.c.id,
          postgresql_where=_critical, sqlite_where=_critical)
+_grouped = sa.and_(jobs.c.status == QUEUED, jobs.c.group_key.is_not(None))
+sa.Index("ix_jobs_due_group_time", jobs.c.queue, jobs.c.group_key, jobs.c.run_at, jobs.c.priority,
+         jobs.c.id, postgresql_where=_grouped, sqlite_where=_grouped)
+sa.Index("ix_jobs_due_group_priority", jobs.c.queue, jobs.c.group_key, jobs.c.priority,
+         jobs.c.run_at, jobs.c.id, postgresql_where=_grouped, sqlite_where=_grouped)
+_keyed = jobs.c.ordering_key.is_not(None)
+sa.Index("ix_jobs_ordering_key", jobs.c.queue, jobs.c.ordering_key, jobs.c.key_order_at,
+         jobs.c.id, postgresql_where=_keyed, sqlite_where=_keyed)
 sa.Index("ix_jobs_running", jobs.c.queue, jobs.c.deadline,
          postgresql_where=jobs.c.status == RUNNING, sqlite_where=jobs.c.status == RUNNING)
 _expiring = sa.and_(jobs.c.status == QUEUED, jobs.c.expires_at.is_not(None))
@@ -185,6 +195,25 @@ sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,
 sa.Index("ix_response_inbox_pending_received", response_inbox.c.received_at,
          postgresql_where=_pending, sqlite_where=_pending)
 sa.Index("ix_response_inbox_applied", response_inbox.c.applied_at)
+
+launch_events = sa.Table(
+    "launch_events", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("group_key", sa.Text, nullable=False),
+    sa.Column("launched_at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_launch_events_queue", launch_events.c.queue, launch_events.c.launched_at)
+
+merged_jobs = sa.Table(
+    "merged_jobs", metadata,
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("id", sa.Text, nullable=False),
+    sa.Column("into_id", sa.Text, nullable=False),
+    sa.Column("body_hash", sa.Text, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("queue", "id", name="merged_jobs_pkey"),
+)
 
 leases = sa.Table(
     "leases", metadata,

@@ -11,7 +11,7 @@ Driver exceptions are translated to :mod:`hipq.errors` at this boundary.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -202,6 +202,55 @@ class SQLStore:
             out[job.key] = self._insert_outcome(job, inserted, {**live, **archived})
         return out
 
+    async def job_merge(self, job: Job) -> InsertOutcome:
+        """Enqueue into a merging queue: append ``job.data["payloads"]`` to the
+        still-queued, never-launched job of the same ordering key, or insert ``job``
+        if there is none. Idempotent per job id (merged ids are remembered)."""
+        t, m = s.jobs, s.merged_jobs
+        async with self._tx() as conn:
+            known = await self._merged_or_existing(conn, job)
+            if known is not None:
+                return known
+            stmt = (sa.select(t).where(t.c.queue == job.queue, t.c.ordering_key == job.ordering_key,
+                                       t.c.status == s.QUEUED, t.c.attempt == 0)
+                    .order_by(t.c.key_order_at.desc(), t.c.id.desc()).limit(1))
+            if self.is_postgres:
+                stmt = stmt.with_for_update()
+            row = (await conn.execute(stmt)).first()
+            if row is not None:
+                host = _job(row)
+                payloads = [*host.data.get("payloads", []), *job.data.get("payloads", [])]
+                merged = replace(host, data={**host.data, "payloads": payloads},
+                                 updated_at=job.created_at)
+                await conn.execute(t.update().where(t.c.queue == host.queue, t.c.id == host.id)
+                                   .values(data=merged.data, updated_at=merged.updated_at))
+                await conn.execute(m.insert().values(queue=job.queue, id=job.id, into_id=host.id,
+                                                     body_hash=job.body_hash,
+                                                     created_at=job.created_at))
+                return InsertOutcome(id=job.id, status=InsertStatus.CREATED, job=merged)
+        (outcome,) = await self.job_insert_many([job])
+        return outcome
+
+    async def _merged_or_existing(self, conn: AsyncConnection, job: Job) -> InsertOutcome | None:
+        m = s.merged_jobs
+        row = (await conn.execute(sa.select(m).where(m.c.queue == job.queue,
+                                                     m.c.id == job.id))).first()
+        found: dict[tuple[str, str], Job] = {}
+        if row is not None:
+            host = await self._hashes(conn, s.jobs, [(job.queue, row.into_id)])
+            host = host or await self._hashes(conn, s.archived_jobs, [(job.queue, row.into_id)])
+            host_job = next(iter(host.values()), None)
+            status = (InsertStatus.EXISTS if row.body_hash == job.body_hash
+                      else InsertStatus.CONFLICT)
+            return InsertOutcome(id=job.id, status=status, job=host_job,
+                                 error=None if status is InsertStatus.EXISTS else
+                                 f"job {job.id!r} was already merged with a different body")
+        for table in (s.jobs, s.archived_jobs):
+            found.update(await self._hashes(conn, table, [job.key]))
+        if job.key in found:
+            return self._insert_outcome(job, set(), found)
+        return None
+
     @staticmethod
     def _insert_outcome(job: Job, inserted: set[tuple[str, str]],
                         existing: dict[tuple[str, str], Job]) -> InsertOutcome:
@@ -230,13 +279,18 @@ class SQLStore:
     # -- reading jobs ------------------------------------------------------------
 
     async def job_get(self, queue: str, job_id: str) -> Job | None:
-        """The job wherever it is: the hot table, else the archive."""
+        """The job wherever it is: the hot table, else the archive; a job merged into
+        another (``merge_by_ordering_key``) answers with the job that holds it."""
         async with self._tx() as conn:
-            for table in (s.jobs, s.archived_jobs):
-                row = (await conn.execute(sa.select(table).where(
-                    table.c.queue == queue, table.c.id == job_id))).first()
-                if row is not None:
-                    return _job(row)
+            for target in (job_id, await conn.scalar(sa.select(s.merged_jobs.c.into_id).where(
+                    s.merged_jobs.c.queue == queue, s.merged_jobs.c.id == job_id))):
+                if target is None:
+                    continue
+                for table in (s.jobs, s.archived_jobs):
+                    row = (await conn.execute(sa.select(table).where(
+                        table.c.queue == queue, table.c.id == target))).first()
+                    if row is not None:
+                        return _job(row)
         return None
 
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
@@ -249,9 +303,16 @@ class SQLStore:
                             response=r.response) for r in rows]
 
     async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
-                                limit: int = 100) -> list[Job]:
+                                limit: int = 100,
+                                after: tuple[datetime, str, str] | None = None) -> list[Job]:
+        """Archived jobs, newest first by (finished_at, queue, id); ``after`` is the
+        last key of the previous page (keyset pagination: no gaps, no repeats)."""
         t = s.archived_jobs
-        stmt = sa.select(t).order_by(t.c.finished_at.desc(), t.c.queue, t.c.id).limit(limit)
+        stmt = sa.select(t).order_by(t.c.finished_at.desc(), t.c.queue.desc(),
+                                     t.c.id.desc()).limit(limit)
+        if after is not None:
+            stmt = stmt.where(sa.tuple_(t.c.finished_at, t.c.queue, t.c.id) < sa.tuple_(
+                sa.literal(after[0], s.UTCDateTime), sa.literal(after[1]), sa.literal(after[2])))
         if queue:
             stmt = stmt.where(t.c.queue == queue)
         if status:
@@ -261,22 +322,73 @@ class SQLStore:
 
     # -- the reconcile loop's reads and claims -----------------------------------
 
-    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
-                            ordering: Ordering, critical_only: bool = False) -> list[Job]:
-        """Due queued jobs of one queue in the queue's order (an index scan, bounded)."""
+    def due_query(self, *, queue: str, now: datetime, limit: int, ordering: Ordering,
+                  critical_only: bool = False, group: str | None = None,
+                  default_group_excluding: Sequence[str] | None = None,
+                  key_mode: str = "strict") -> sa.Select[Any]:
+        """The due-jobs query: queued, ``run_at <= now``, in the queue's order, bounded.
+
+        ``group`` keeps one quota group; ``default_group_excluding`` keeps the jobs
+        in none of the listed groups. A job with an ordering key is due only if it
+        is the head of its key: no job of the key is running and none queued comes
+        before it (``key_mode="relaxed_on_retry"``: a queued job waiting for a
+        retry does not hold the later ones back).
+        """
         t = s.jobs
         order = ((t.c.run_at, t.c.priority, t.c.id)
                  if ordering is Ordering.TIME_THEN_PRIORITY or critical_only
                  else (t.c.priority, t.c.run_at, t.c.id))
-        stmt = (sa.select(t).where(t.c.queue == queue, t.c.status == s.QUEUED, t.c.run_at <= now)
+        stmt = (sa.select(t).where(t.c.queue == queue, t.c.status == s.QUEUED, t.c.run_at <= now,
+                                   sa.or_(t.c.ordering_key.is_(None),
+                                          ~self._key_blocked(now, key_mode)))
                 .order_by(*order).limit(limit))
         if critical_only:
             stmt = stmt.where(t.c.critical == sa.true())
+        if group is not None:
+            stmt = stmt.where(t.c.group_key == group)
+        elif default_group_excluding is not None:
+            stmt = stmt.where(sa.or_(t.c.group_key.is_(None),
+                                     t.c.group_key.not_in(list(default_group_excluding))))
+        return stmt
+
+    @staticmethod
+    def _key_blocked(now: datetime, key_mode: str) -> sa.Exists:
+        t, k = s.jobs, s.jobs.alias("key_head")
+        earlier = sa.and_(k.c.status == s.QUEUED,
+                          sa.tuple_(k.c.key_order_at, k.c.id) < sa.tuple_(t.c.key_order_at, t.c.id))
+        if key_mode == "relaxed_on_retry":
+            earlier = sa.and_(earlier, sa.not_(sa.and_(k.c.attempt > 0, k.c.run_at > now)))
+        return sa.exists().where(k.c.queue == t.c.queue, k.c.ordering_key == t.c.ordering_key,
+                                 sa.or_(k.c.status == s.RUNNING, earlier))
+
+    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
+                            ordering: Ordering, critical_only: bool = False,
+                            group: str | None = None,
+                            default_group_excluding: Sequence[str] | None = None,
+                            key_mode: str = "strict") -> list[Job]:
+        """Due queued jobs of one queue in the queue's order (an index scan, bounded)."""
+        stmt = self.due_query(queue=queue, now=now, limit=limit, ordering=ordering,
+                              critical_only=critical_only, group=group,
+                              default_group_excluding=default_group_excluding, key_mode=key_mode)
         async with self._tx() as conn:
             return [_job(r) for r in await conn.execute(stmt)]
 
+    async def launch_events_recent(self, *, queue: str, since: datetime) -> dict[str,
+                                                                                  list[datetime]]:
+        """Launch times after ``since`` per rate group; older events are pruned."""
+        e = s.launch_events
+        async with self._tx() as conn:
+            await conn.execute(e.delete().where(e.c.queue == queue, e.c.launched_at <= since))
+            rows = await conn.execute(sa.select(e.c.group_key, e.c.launched_at)
+                                      .where(e.c.queue == queue, e.c.launched_at > since))
+            out: dict[str, list[datetime]] = {}
+            for row in rows:
+                out.setdefault(row.group_key, []).append(row.launched_at)
+        return out
+
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
-                                    owner: str, heartbeat_seconds: float | None) -> list[Job]:
+                                    owner: str, heartbeat_seconds: float | None,
+                                    rate_groups: Mapping[str, str] | None = None) -> list[Job]:
         """Step 4: claim the new batch as running in one statement.
 
         Only jobs still ``queued`` are claimed (a cancel in between wins); on
@@ -302,6 +414,10 @@ class SQLStore:
                 .returning(*t.columns))
         async with self._tx() as conn:
             rows = (await conn.execute(stmt)).all()
+            if rate_groups is not None and rows:  # the launches count against rate limits
+                await conn.execute(s.launch_events.insert(), [
+                    {"queue": queue, "group_key": rate_groups.get(r.id, ""), "launched_at": now}
+                    for r in rows])
         by_id = {row.id: _job(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
 
@@ -351,13 +467,17 @@ class SQLStore:
         if not run_ats:
             return 0
         t = s.jobs
-        stmt = t.update().where(t.c.queue == queue, t.c.id == sa.bindparam("b_id"),
-                                t.c.status == s.QUEUED).values(run_at=sa.bindparam("b_run_at"),
-                                                              updated_at=now)
-        params = [{"b_id": i, "b_run_at": at} for i, at in run_ats.items()]
+        moved = 0
+        # One statement per chunk, not executemany: asyncpg reports no rowcount for that.
         async with self._tx() as conn:
-            result = await conn.execute(stmt, params)
-        return int(result.rowcount)
+            for chunk in _chunks(list(run_ats.items()), INSERT_CHUNK):
+                run_at = sa.case(*((t.c.id == i, sa.literal(at, s.UTCDateTime))
+                                   for i, at in chunk), else_=t.c.run_at)
+                result = await conn.execute(t.update().where(
+                    t.c.queue == queue, t.c.id.in_([i for i, _ in chunk]),
+                    t.c.status == s.QUEUED).values(run_at=run_at, updated_at=now))
+                moved += int(result.rowcount)
+        return moved
 
     async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
                                       now: datetime) -> list[Job]:
@@ -466,7 +586,7 @@ class SQLStore:
                 t.c.owner == owner).returning(*t.columns))).all()
             for row in rows:
                 change = by_key[(row.queue, row.id)]
-                archived.append(replace(_job(row), status=JobState(change.status),
+                archived.append(replace(_job(row), status=JobState(change.status or "failed"),
                                         result=change.result, error=change.error,
                                         updated_at=now, finished_at=now))
         await self._archive_insert(conn, archived)
@@ -584,8 +704,8 @@ class SQLStore:
             return
         t = s.response_inbox
         by_outcome: dict[str, list[int]] = {}
-        for row_id, outcome in marks:
-            by_outcome.setdefault(str(outcome), []).append(row_id)
+        for row_id, mark in marks:
+            by_outcome.setdefault(str(mark), []).append(row_id)
         for outcome, ids in by_outcome.items():
             for chunk in _chunks(ids, INSERT_CHUNK):
                 await conn.execute(t.update().where(t.c.id.in_(list(chunk)),
@@ -665,14 +785,14 @@ class SQLStore:
             return set()
         t = s.leases
         expires = now + timedelta(seconds=seconds)
-        stmt = self._insert(t).values([{"queue": q, "owner": owner, "acquired_at": now,
-                                         "expires_at": expires} for q in queues])
-        stmt = stmt.on_conflict_do_update(
+        insert = self._insert(t).values([{"queue": q, "owner": owner, "acquired_at": now,
+                                           "expires_at": expires} for q in queues])
+        stmt = insert.on_conflict_do_update(
             index_elements=["queue"],
-            set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at,
-                  "acquired_at": sa.case((t.c.owner == stmt.excluded.owner, t.c.acquired_at),
-                                         else_=stmt.excluded.acquired_at)},
-            where=sa.or_(t.c.owner == stmt.excluded.owner, t.c.expires_at < now),
+            set_={"owner": insert.excluded.owner, "expires_at": insert.excluded.expires_at,
+                  "acquired_at": sa.case((t.c.owner == insert.excluded.owner, t.c.acquired_at),
+                                         else_=insert.excluded.acquired_at)},
+            where=sa.or_(t.c.owner == insert.excluded.owner, t.c.expires_at < now),
         ).returning(t.c.queue)
         async with self._tx() as conn:
             return {r.queue for r in await conn.execute(stmt)}
@@ -709,6 +829,14 @@ class SQLStore:
                 else max((now - oldest_at).total_seconds(), 0.0),
                 concurrency=record.config.concurrency))
         return out
+
+    async def inbox_counts(self) -> dict[str, int]:
+        """Responses in the inbox by outcome (``pending`` for those not yet classified)."""
+        t = s.response_inbox
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t.c.outcome, sa.func.count())
+                                      .group_by(t.c.outcome))
+            return {str(r[0] or "pending"): int(r[1]) for r in rows}
 
     async def archive_prune(self, *, before: datetime, limit: int) -> int:
         """Delete archived jobs (and their tries) finished before ``before``; bounded."""

@@ -1,18 +1,88 @@
-"""The built-in throttler: weighted concurrency, critical jobs, queue order.
+"""The built-in throttler, composed of the parts in this package.
 
-Candidates arrive in the queue's order (``time_then_priority`` or
-``priority_then_time``, done by the fetch). Normal jobs are taken strictly in that
-order: the first one that does not fit stops normal launches for this tick, so a
-heavy job is never starved by lighter ones behind it. Critical jobs have their own
-pool (``critical_concurrency``) and skip the normal pool entirely, so they cannot
-starve and cannot be starved.
+For each candidate, in the queue's order (effective priorities with aging):
+
+1. outside its time windows -> rescheduled to the next opening, not launched;
+2. its ordering key has a running (or just chosen) job -> waits;
+3. critical -> its own pool (``critical_concurrency``), skipping quotas and rate
+   limits of normal jobs;
+4. normal jobs are taken strictly in order against the queue's capacity: the first
+   that does not fit stops normal launches for this tick (a heavy job is never
+   starved by lighter ones behind it); a job over its group's quota blocks only its
+   group; a rate-limited job waits without blocking others.
+
+With ``quotas.lend_unused`` a second pass lets over-quota groups use the capacity
+still idle after the first pass.
 """
 
 from __future__ import annotations
 
 from hipq.config import QueueConfig
+from hipq.jobs import Job
 from hipq.plugins import ThrottleContext, Throttler, ThrottleResult, instantiate
+from hipq.throttling.aging import in_queue_order
 from hipq.throttling.capacity import CapacityPool
+from hipq.throttling.keys import OrderingKeys
+from hipq.throttling.quotas import QuotaPlan
+from hipq.throttling.rate import RateBudget
+from hipq.throttling.windows import is_open, next_open
+
+
+class _Tick:
+    """The mutable state of one selection."""
+
+    def __init__(self, ctx: ThrottleContext) -> None:
+        queue, running = ctx.queue, ctx.running
+        normal_running = [j for j in running if not j.critical]
+        self.normal = CapacityPool.of(queue.concurrency, normal_running)
+        self.critical = CapacityPool.of(queue.effective_critical_concurrency,
+                                        (j for j in running if j.critical))
+        self.quotas = (QuotaPlan.of(queue.quotas.model_dump(), queue.concurrency, normal_running)
+                       if queue.quotas is not None and queue.concurrency is not None else None)
+        self.rate = (RateBudget.of(queue.rate_limit.model_dump(), ctx.recent_launches, ctx.now)
+                     if queue.rate_limit is not None else None)
+        self.keys = OrderingKeys.of(running)
+        self.launch: list[Job] = []
+        self.normal_blocked = False
+        self.blocked_groups: set[str] = set()
+        self.over_quota: list[Job] = []
+
+    def take(self, job: Job) -> None:
+        self.launch.append(job)
+        self.keys.take(job)
+        if self.quotas is not None and not job.critical:
+            self.quotas.add(self.quotas.group(job), job.weight)
+
+    def offer_normal(self, job: Job) -> None:
+        if self.normal_blocked:
+            return
+        group = self.quotas.group(job) if self.quotas is not None else ""
+        if group in self.blocked_groups:
+            self.over_quota.append(job)
+            return
+        if not self.normal.fits(job.weight):
+            self.normal_blocked = True
+            return
+        if self.quotas is not None and not self.quotas.fits(group, job.weight):
+            self.blocked_groups.add(group)
+            self.over_quota.append(job)
+            return
+        if self.rate is not None and not self.rate.take(job):
+            return
+        self.normal.take(job.weight)
+        self.take(job)
+
+    def lend(self) -> None:
+        """Second pass: over-quota jobs may use capacity nobody else could."""
+        for job in self.over_quota:
+            if not self.keys.free(job):
+                continue
+            if not self.normal.fits(job.weight):
+                return
+            if self.rate is not None and not self.rate.take(job):
+                continue
+            self.normal.take(job.weight)
+            self.take(job)
 
 
 class BuiltinThrottler:
@@ -22,21 +92,33 @@ class BuiltinThrottler:
 
     def select(self, ctx: ThrottleContext) -> ThrottleResult:
         queue = ctx.queue
-        normal = CapacityPool.of(queue.concurrency, (j for j in ctx.running if not j.critical))
-        critical = CapacityPool.of(queue.effective_critical_concurrency,
-                                   (j for j in ctx.running if j.critical))
-        launch = []
-        normal_blocked = False
-        for job in ctx.candidates:
+        tick = _Tick(ctx)
+        reschedule = {}
+        for job in in_queue_order(ctx.candidates, queue.ordering, ctx.now, queue.aging_seconds):
+            windows, tz = window_of(job, queue)
+            if windows and not is_open(windows, tz, ctx.now):
+                opening = next_open(windows, tz, ctx.now)
+                if opening is not None:
+                    reschedule[job.id] = opening
+                continue
+            if not tick.keys.free(job):
+                continue
             if job.critical:
-                if critical.take(job.weight):
-                    launch.append(job)
-            elif not normal_blocked:
-                if normal.take(job.weight):
-                    launch.append(job)
-                else:
-                    normal_blocked = True
-        return ThrottleResult(launch=launch)
+                if tick.critical.take(job.weight):
+                    tick.take(job)
+                continue
+            tick.offer_normal(job)
+        if tick.quotas is not None and tick.quotas.lend_unused:
+            tick.lend()
+        return ThrottleResult(launch=tick.launch, reschedule=reschedule)
+
+
+def window_of(job: Job, queue: QueueConfig) -> tuple[list[dict[str, str]] | None, str]:
+    """A job's time windows (its own, else the queue's) and their timezone."""
+    windows = job.time_windows
+    if windows is None and queue.time_windows is not None:
+        windows = [w.model_dump() for w in queue.time_windows]
+    return windows, job.timezone or queue.timezone
 
 
 class _Wrapped:

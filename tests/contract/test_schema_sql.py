@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 
+from hipq.errors import SchemaError
 from hipq.store import SQLStore, open_store
 from hipq.store.schema import SCHEMA_VERSION, render_postgres_ddl
 
@@ -97,6 +98,17 @@ async def test_schema_sql_matches_migrate(
     assert {t for t, *_ in expected["columns"]} >= {"jobs", "archived_jobs", "hipq_meta"}
     assert len(expected["indexes"]) > 10
     assert actual == expected
+
+
+async def test_check_schema_refuses_an_unmigrated_database(
+        empty_database: Callable[[], Awaitable[str]], tmp_path: Path) -> None:
+    for url in (f"sqlite:///{tmp_path}/empty.db", await empty_database()):
+        store = await open_store(url)
+        try:
+            with pytest.raises(SchemaError, match="hipq migrate"):
+                await store.check_schema()
+        finally:
+            await store.close()
 
 
 async def test_migrate_is_idempotent(store: SQLStore) -> None:

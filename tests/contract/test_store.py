@@ -30,8 +30,9 @@ OTHER = "daemon-b"
 def make_job(clock: FakeClock, job_id: str, *, queue: str = Q, run_at: datetime | None = None,
              body_hash: str = "hash-1", **fields: Any) -> Job:
     now = clock.now()
+    fields.setdefault("data", {"n": job_id})
     return Job(id=job_id, queue=queue, run_at=run_at or now, created_at=now, updated_at=now,
-               token=f"tok-{job_id}", body_hash=body_hash, data={"n": job_id}, **fields)
+               token=f"tok-{job_id}", body_hash=body_hash, **fields)
 
 
 async def insert(store: SQLStore, *jobs: Job) -> None:
@@ -104,7 +105,10 @@ async def test_queue_set_paused(store: SQLStore, clock: FakeClock) -> None:
 
 async def test_insert_creates_and_round_trips(store: SQLStore, clock: FakeClock) -> None:
     job = make_job(clock, "j1", priority=5, weight=3, critical=True, max_attempts=4,
-                   expires_at=clock.now() + timedelta(hours=1), ordering_key="k")
+                   run_at=clock.now() + timedelta(microseconds=123457),
+                   expires_at=clock.now() + timedelta(hours=1), ordering_key="k",
+                   time_windows=[{"start": "09:00", "end": "17:00"}], timezone="Europe/Paris",
+                   timeout_seconds=12.5, replay_of="j0", data={"nested": {"list": [1, None]}})
     [outcome] = await store.job_insert_many([job])
 
     assert outcome.status is InsertStatus.CREATED
@@ -160,6 +164,15 @@ async def test_insert_fixed_correlation_key_in_use_is_conflict(store: SQLStore,
     assert outcome.status is InsertStatus.CONFLICT
     assert outcome.job is None
     assert await store.job_get(Q, "j2") is None
+
+
+async def test_fixed_correlation_key_is_free_once_its_job_ends(store: SQLStore,
+                                                               clock: FakeClock) -> None:
+    [job] = await start(store, clock,
+                        make_job(clock, "j1", correlation_key="key", correlation_fixed=True))
+    await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
+
+    await insert(store, make_job(clock, "j2", correlation_key="key", correlation_fixed=True))
 
 
 async def test_insert_many_answers_in_input_order(store: SQLStore, clock: FakeClock) -> None:
@@ -591,6 +604,69 @@ async def test_job_get_finds_hot_and_archived_jobs(store: SQLStore, clock: FakeC
     assert (cold.status, cold.finished_at) == (JobState.CANCELLED, clock.now())
     assert await store.job_get(Q, "missing") is None
     assert await store.job_get("other", "hot") is None
+
+
+async def test_job_list_archived_newest_first(store: SQLStore, clock: FakeClock) -> None:
+    await insert(store, make_job(clock, "a"), make_job(clock, "b"),
+                 make_job(clock, "c", queue="other"))
+    for job_id, queue in (("a", Q), ("b", Q), ("c", "other")):
+        await store.job_cancel_queued(queue=queue, job_id=job_id, now=clock.advance(1))
+
+    assert [j.id for j in await store.job_list_archived()] == ["c", "b", "a"]
+    assert [j.id for j in await store.job_list_archived(queue=Q, limit=1)] == ["b"]
+    assert await store.job_list_archived(status="failed") == []
+
+
+async def test_job_keys_lookup_finds_live_jobs(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+
+    found = await store.job_keys_lookup(["tok-j1.1", "nope"])
+    assert found == {"tok-j1.1": job}
+
+
+async def test_late_responses_are_recorded_on_the_history(store: SQLStore,
+                                                          clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
+    [row_id] = await store.inbox_insert_many(
+        [Response(correlation_key="tok-j1.1", attempt=1, result={"late": True})],
+        now=clock.now())
+    [row] = await store.inbox_pending_for_keys(["tok-j1.1"])
+
+    assert await store.archived_by_attempt_keys(["tok-j1.1", "nope"]) == {"tok-j1.1": (Q, "j1")}
+    await store.attempt_record_late_many([(Q, "j1", row)], now=clock.now())
+    assert [(a.attempt, a.outcome) for a in await store.job_attempts(Q, "j1")] == [
+        (1, "succeeded"), (1, "late_response")]
+    assert row.id == row_id
+
+
+async def test_reschedule_moves_only_queued_jobs(store: SQLStore, clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "running"))
+    await insert(store, make_job(clock, "queued"))
+    later = clock.now() + timedelta(minutes=5)
+
+    moved = await store.job_reschedule_many(queue=Q, run_ats={"queued": later, "running": later},
+                                            now=clock.now())
+    assert moved == 1
+    assert (await get(store, "queued")).run_at == later
+    assert (await get(store, "running")).run_at == clock.now()
+
+
+async def test_adopt_running_jobs(store: SQLStore, clock: FakeClock) -> None:
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    await insert(store, make_job(clock, "queued"))
+
+    assert [j.id for j in await store.job_load_running(queue=Q)] == ["j1"]
+    assert await store.job_adopt_many(queue=Q, ids=["j1", "queued"], owner=OTHER,
+                                      now=clock.now()) == 1
+    assert await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now()) == set()
+    assert await store.persist_batch(changes=[archive(job)], owner=OTHER,
+                                     now=clock.now()) == {(Q, "j1")}
+
+
+async def test_meta_get_or_set_keeps_the_first_value(store: SQLStore) -> None:
+    assert await store.meta_get_or_set("instance", "one") == "one"
+    assert await store.meta_get_or_set("instance", "two") == "one"
 
 
 # -- leases -------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ EARLY = 400  # per queue, enqueued before the first daemon starts
 LATE_CHUNKS = 3  # the rest, in this many chunks, while the first daemons run
 REFUSE_EVERY = 10  # at_most_once jobs with n % 10 == 0 fail on purpose (not retryable)
 KILLS = 6
+TERMS = 2  # graceful stops mid-work, besides the kills
 CONCURRENCY = 50
 LEASE_SECONDS = 2.0
 START_DEADLINE = 30.0  # a started daemon must make progress within this
@@ -137,6 +138,7 @@ class Run:
     proc: subprocess.Popen[bytes] | None = None
     started: int = 0
     kills: list[Progress] = field(default_factory=list)
+    terms: int = 0
 
     def start(self) -> None:
         assert self.proc is None
@@ -164,11 +166,11 @@ class Run:
     async def stop(self) -> int:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_DEADLINE
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        code = self.proc.poll()
-        assert code is not None, f"daemon did not stop within {STOP_DEADLINE}s of SIGTERM"
+        try:
+            code = await asyncio.to_thread(self.proc.wait, STOP_DEADLINE)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"daemon did not stop within {STOP_DEADLINE}s of SIGTERM:\n"
+                        f"{self.tail()}")
         self.proc = None
         return code
 
@@ -210,6 +212,40 @@ async def _wait_progress(run: Run, conn: asyncpg.Connection, since: int, needed:
         await asyncio.sleep(0.01)
 
 
+async def _unconfirmed(conn: asyncpg.Connection) -> int:
+    """Running jobs whose launch is not confirmed yet: launches in flight."""
+    return int(await conn.fetchval(
+        "SELECT count(*) FROM jobs WHERE status = 'running' AND NOT launch_confirmed"))
+
+
+async def _wait_in_flight(run: Run, conn: asyncpg.Connection) -> None:
+    """Poll until some launches are in flight (bounded)."""
+    deadline = time.monotonic() + START_DEADLINE
+    while await _unconfirmed(conn) == 0:
+        run.check_alive()
+        assert time.monotonic() < deadline, (
+            f"no launch in flight within {START_DEADLINE}s:\n{run.tail()}")
+        await asyncio.sleep(0.005)
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+async def _wait_launching(run: Run, conn: asyncpg.Connection, launch_log: Path) -> None:
+    """Poll until the target has just been called for a job whose launch is not
+    confirmed yet (it is in its sleep): the launch log grew while launches are in
+    flight (bounded)."""
+    await _wait_in_flight(run, conn)
+    size = _size(launch_log)
+    deadline = time.monotonic() + START_DEADLINE
+    while _size(launch_log) == size:
+        run.check_alive()
+        assert time.monotonic() < deadline, (
+            f"no launch started within {START_DEADLINE}s:\n{run.tail()}")
+        await asyncio.sleep(0.002)
+
+
 def _read_launch_log(path: Path) -> list[tuple[str, str, int]]:
     launches = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -243,21 +279,40 @@ async def test_sigkill_mid_work_loses_nothing(crash_db: tuple[str, str],
                       EARLY + (i + 1) * (JOBS_PER_QUEUE - EARLY) // LATE_CHUNKS)
                 for i in range(LATE_CHUNKS)]
 
-        for cycle in range(KILLS):
+        # Kills land while jobs are marked running but not confirmed, right after the
+        # target was called for such a job, or at a random moment; a few graceful
+        # stops mid-work (launches in flight) are mixed in.
+        modes = (["kill-marked", "kill-launching", "kill-random"] * KILLS)[:KILLS]
+        modes += ["term"] * TERMS
+        rng.shuffle(modes)
+        for cycle, mode in enumerate(modes):
             before = await _progress(conn)
             run.start()
             if cycle < len(late):  # enqueue while this daemon works (and gets killed)
                 for queue in (ALO, AMO):
                     await _enqueue(hipq, queue, late[cycle])
-            # Kill at a random point: right after the takeover, or well into the work.
+            # Right after the takeover, or well into the work.
             needed = rng.choice([1, rng.randint(1, 150)])
             await _wait_progress(run, conn, before.archived, needed)
-            await asyncio.sleep(rng.uniform(0, 0.05))
+            if mode == "kill-random":
+                await asyncio.sleep(rng.uniform(0, 0.4))
+            elif mode == "kill-launching":
+                await _wait_launching(run, conn, launch_log)
+            else:  # marked running, launching or not: either way not confirmed yet
+                await _wait_in_flight(run, conn)
             run.check_alive()
-            at_kill = await _progress(conn)
-            run.kill()
-            run.kills.append(at_kill)
-            assert at_kill.live > 0, f"kill #{cycle + 1} came after all the work was done"
+            at_stop = await _progress(conn)
+            assert at_stop.live > 0, f"{mode} #{cycle + 1} came after all the work was done"
+            if mode == "term":
+                code = await run.stop()
+                assert code == 0, f"graceful stop mid-work exited {code}:\n{run.tail()}"
+                run.terms += 1
+                # Every launch was let finish and recorded; the leases were released.
+                assert await _unconfirmed(conn) == 0, run.tail()
+                assert await conn.fetch("SELECT queue, owner FROM leases") == []
+            else:
+                run.kill()
+                run.kills.append(at_stop)
 
         run.start()
         deadline = time.monotonic() + FINISH_DEADLINE
@@ -304,12 +359,20 @@ async def test_sigkill_mid_work_loses_nothing(crash_db: tuple[str, str],
         launched[(queue, job_id)].append(attempt)
 
     lost_retried = _check_at_least_once(archived, attempts, launched)
-    amo_lost = _check_at_most_once(archived, attempts, launched, enqueued)
+    amo_lost, amo_lost_launched = _check_at_most_once(archived, attempts, launched, enqueued)
+    relaunched = sum(1 for key, tries in launched.items() if key[0] == ALO and len(tries) > 1)
 
-    print(f"\ncrash test: {len(run.kills)} SIGKILLs (live jobs at each kill: "
-          f"{[k.live for k in run.kills]}), {run.started} daemons, "
-          f"{lost_retried} {ALO} tries lost and retried, {amo_lost} {AMO} jobs failed as lost, "
-          f"{len(launches)} launches for {len(enqueued)} jobs, {duration:.1f}s")
+    summary = (
+        f"crash test: {len(run.kills)} SIGKILLs (live jobs at each kill: "
+        f"{[k.live for k in run.kills]}), {run.terms} graceful stops mid-work, "
+        f"{run.started} daemons; {ALO}: {lost_retried} tries lost and retried, "
+        f"{relaunched} jobs launched again; {AMO}: {amo_lost} jobs failed as lost "
+        f"({amo_lost_launched} of them after their launch); {len(launches)} launches "
+        f"for {len(enqueued)} jobs; {duration:.1f}s")
+    print("\n" + summary)  # noqa: T201
+    # The kills did catch launches between "running" and "confirmed" on both queues.
+    assert relaunched > 0, summary
+    assert amo_lost_launched > 0, summary
 
 
 def _check_at_least_once(archived: dict[Any, Any], attempts: dict[Any, Any],
@@ -335,8 +398,9 @@ def _check_at_least_once(archived: dict[Any, Any], attempts: dict[Any, Any],
 
 
 def _check_at_most_once(archived: dict[Any, Any], attempts: dict[Any, Any],
-                        launched: dict[Any, list[int]], enqueued: dict[Any, int]) -> int:
-    lost = 0
+                        launched: dict[Any, list[int]],
+                        enqueued: dict[Any, int]) -> tuple[int, int]:
+    lost = lost_launched = 0
     for key, job in archived.items():
         if key[0] != AMO:
             continue
@@ -344,8 +408,10 @@ def _check_at_most_once(archived: dict[Any, Any], attempts: dict[Any, Any],
         tries = launched.get(key, [])
         assert len(tries) <= 1, f"at_most_once job {key} launched {len(tries)} times"
         assert job["attempt"] == 1, (key, dict(job))
-        assert attempts[key] == [(1, attempts[key][0][1])], (key, attempts[key])
-        outcome = attempts[key][0][1]
+        history = attempts[key]
+        assert len(history) == 1, (key, history)  # marked running exactly once
+        assert history[0][0] == 1, (key, history)
+        outcome = history[0][1]
         if job["status"] == "succeeded":
             assert tries == [1], (key, tries)
             assert n % REFUSE_EVERY != 0, key
@@ -353,10 +419,11 @@ def _check_at_most_once(archived: dict[Any, Any], attempts: dict[Any, Any],
             assert job["status"] == "failed", (key, dict(job))
             if outcome == "lost":
                 lost += 1
+                lost_launched += len(tries)
             else:  # refused on purpose by the target
                 assert tries == [1], (key, tries)
                 assert n % REFUSE_EVERY == 0, (key, outcome)
                 assert outcome == "response_failed", (key, outcome)
         if not tries:
             assert outcome == "lost", (key, outcome)
-    return lost
+    return lost, lost_launched

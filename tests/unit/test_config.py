@@ -77,9 +77,21 @@ def test_unreadable_file(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml", env={})
 
 
-def test_queue_rejects_unimplemented_options_loudly() -> None:
-    with pytest.raises(ValueError, match="'quotas' is not supported"):
+def test_quotas_need_concurrency_and_shares_at_most_one() -> None:
+    with pytest.raises(ValueError, match="quotas need a concurrency"):
         QueueConfig.model_validate({"id": "q", "quotas": {"field": "region", "shares": {}}})
+    with pytest.raises(ValueError, match="add up to 1.2"):
+        QueueConfig.model_validate({"id": "q", "concurrency": 10, "quotas": {
+            "field": "region", "shares": {"a": 0.6, "b": 0.6}}})
+
+
+def test_never_open_windows_are_rejected() -> None:
+    with pytest.raises(ValueError, match="can never open"):
+        QueueConfig.model_validate({"id": "q", "time_windows": [{"start": "05:00",
+                                                                 "end": "05:00"}]})
+    with pytest.raises(ValueError, match="String should match pattern"):
+        QueueConfig.model_validate({"id": "q", "time_windows": [{"start": "25:00",
+                                                                 "end": "05:00"}]})
 
 
 def test_weight_larger_than_concurrency_is_rejected() -> None:

@@ -1,0 +1,53 @@
+"""``create_app(deps)``: the aiohttp application of the HTTP API."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from hipq.api.auth import TokenAuth
+from hipq.api.deps import DEPS, ApiDeps
+from hipq.api.errors import error_middleware
+from hipq.api.openapi import build_openapi
+from hipq.api.routes import ROUTES, Handler, Route
+from hipq.config import ApiConfig
+
+API_VERSION = "1"
+
+
+def effective_routes(config: ApiConfig) -> list[Route]:
+    """The route table under this config: ``/metrics`` is open unless protected."""
+    return [replace(r, role=None) if r.path == "/metrics" and not config.protect_metrics else r
+            for r in ROUTES]
+
+
+def _guarded(route: Route, auth: TokenAuth) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        auth.check(request, route.role)
+        return await route.handler(request)
+
+    return handler
+
+
+def create_app(deps: ApiDeps) -> web.Application:
+    app = web.Application(middlewares=[error_middleware],
+                          client_max_size=deps.config.max_body_bytes)
+    app[DEPS] = deps
+    auth = TokenAuth(deps.config.tokens)
+    routes = effective_routes(deps.config)
+    for route in routes:
+        app.router.add_route(route.method, route.path, _guarded(route, auth))
+    document = json.dumps(build_openapi(routes, version=API_VERSION))
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(text=document, content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
+
+def openapi_document(config: ApiConfig | None = None) -> dict[str, Any]:
+    return build_openapi(effective_routes(config or ApiConfig()), version=API_VERSION)

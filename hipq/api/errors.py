@@ -1,0 +1,110 @@
+"""Errors over HTTP: one middleware maps every failure to
+``{"error": {"code", "message", "details"}}`` with its status.
+
+==========================================  ======  ==========================
+what                                        status  code
+==========================================  ======  ==========================
+body is not JSON (or has NaN, is too deep)  400     ``invalid_json``
+bad ``cursor``                              400     ``invalid_cursor``
+no/unknown bearer token, bad signature      401     ``unauthorized``
+token's role too low                        403     ``forbidden``
+unknown queue / job / route                 404     ``*_not_found``
+method not allowed on the route             405     ``method_not_allowed``
+idempotency conflict, job not cancellable   409     ``conflict``
+response for a stale attempt                409     ``stale_response``
+body over ``api.max_body_bytes``            413     ``body_too_large``
+valid JSON failing validation (types,       422     ``invalid_request`` (pydantic
+unknown fields, ids, data not an object)            errors in ``details``) or
+                                                    ``invalid``
+database unavailable                        503     ``store_unavailable``
+anything else (a bug; logged)               500     ``internal``
+==========================================  ======  ==========================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError as PydanticValidationError
+
+from hipq.errors import (
+    ConfigError,
+    ConflictError,
+    HipqError,
+    NotFound,
+    TransientStoreError,
+    ValidationError,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_STATUS: list[tuple[type[HipqError], int]] = [
+    (NotFound, 404),
+    (ConflictError, 409),
+    (ValidationError, 422),
+    (ConfigError, 422),
+    (TransientStoreError, 503),
+]
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large",
+               400: "bad_request", 401: "unauthorized", 403: "forbidden"}
+
+
+class ApiError(Exception):
+    """An HTTP error raised by the API layer itself (auth, parsing)."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def error_response(status: int, code: str, message: str, details: Any = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def pydantic_details(exc: PydanticValidationError) -> list[dict[str, Any]]:
+    return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors(include_url=False, include_context=False, include_input=False)]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return error_response(exc.status, exc.code, exc.message, exc.details, headers)
+    except PydanticValidationError as exc:
+        return error_response(422, "invalid_request", "the request is not valid",
+                              pydantic_details(exc))
+    except HipqError as exc:
+        return _hipq_error(request, exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "http_error")
+        return error_response(exc.status, code, exc.reason)
+    except (OverflowError, RecursionError) as exc:
+        return error_response(422, "invalid_request", f"a value is out of range: {exc}")
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path,
+                      extra={"action": "api_error"})
+        return error_response(500, "internal", "internal error (logged)")
+
+
+def _hipq_error(request: web.Request, exc: HipqError) -> web.Response:
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return error_response(status, exc.code, str(exc))
+    log.error("error in %s %s: %s", request.method, request.path, exc,
+              extra={"action": "api_error"})
+    return error_response(500, exc.code, str(exc))

@@ -1,0 +1,226 @@
+"""The route handlers: parse with the API models, call :class:`~hipq.service.Hipq`,
+answer with the API models. No logic lives here."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError as PydanticValidationError
+
+from hipq.api.deps import DEPS
+from hipq.api.errors import ApiError
+from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
+from hipq.api.models import (
+    AcceptedOut,
+    ArchivedPage,
+    ArchivedQuery,
+    AttemptOut,
+    BatchEnvelope,
+    BatchOut,
+    BatchResult,
+    CallbackQuery,
+    HealthOut,
+    JobOut,
+    QueueList,
+    QueueOut,
+    QueueStatsOut,
+    ResponseCounts,
+    StatsOut,
+)
+from hipq.config import QUEUE_ID_PATTERN, QueueConfig
+from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
+from hipq.schemas import BatchItem, EnqueueRequest, ResponseRequest
+from hipq.service import Hipq
+from hipq.store import InsertStatus, QueueRecord, QueueStats
+
+RANDOM_ID = "random_id"
+_QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
+_JOB_ID = re.compile(JOB_ID_PATTERN)
+
+
+def _service(request: web.Request) -> Hipq:
+    return request.app[DEPS].service
+
+
+def _queue_id(request: web.Request) -> str:
+    queue = request.match_info["queue"]
+    if not _QUEUE_ID.match(queue):
+        raise ApiError(422, "invalid_id", f"queue id must match {QUEUE_ID_PATTERN}")
+    return queue
+
+
+def _ids(request: web.Request) -> tuple[str, str]:
+    job_id = request.match_info["id"]
+    if not _JOB_ID.match(job_id):
+        raise ApiError(422, "invalid_id", f"job id must match {JOB_ID_PATTERN}")
+    return _queue_id(request), job_id
+
+
+def job_out(job: Job, history: list[Attempt] | None = None) -> JobOut:
+    body = job.to_json() | {"history": [a.to_json() for a in history or []]}
+    return JobOut.model_validate(body)
+
+
+def queue_out(record: QueueRecord, stats: QueueStats | None) -> QueueOut:
+    return QueueOut(id=record.id, paused=record.paused, config=record.config,
+                    created_at=record.created_at, updated_at=record.updated_at,
+                    stats=None if stats is None else QueueStatsOut.model_validate(
+                        stats, from_attributes=True))
+
+
+async def _one_queue(service: Hipq, queue: str) -> QueueOut:
+    record = await service.get_queue(queue)
+    stats = {s.queue: s for s in await service.stats()}
+    return queue_out(record, stats.get(queue))
+
+
+# -- queues ----------------------------------------------------------------------
+
+
+async def create_queue(request: web.Request) -> web.Response:
+    config = await read_body(request, QueueConfig)
+    created = await _service(request).create_queue(config)
+    return reply(await _one_queue(_service(request), config.id), 201 if created else 200)
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    service = _service(request)
+    stats = {s.queue: s for s in await service.stats()}
+    records = await service.list_queues()
+    return reply(QueueList(queues=[queue_out(r, stats.get(r.id)) for r in records]))
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    return reply(await _one_queue(_service(request), _queue_id(request)))
+
+
+async def pause_queue(request: web.Request) -> web.Response:
+    await _service(request).set_paused(_queue_id(request), True)
+    return reply(await _one_queue(_service(request), _queue_id(request)))
+
+
+async def resume_queue(request: web.Request) -> web.Response:
+    await _service(request).set_paused(_queue_id(request), False)
+    return reply(await _one_queue(_service(request), _queue_id(request)))
+
+
+# -- jobs ------------------------------------------------------------------------
+
+
+async def enqueue(request: web.Request) -> web.Response:
+    queue = _queue_id(request)
+    job_id = request.match_info["id"]
+    body = await read_body(request, EnqueueRequest, empty={})
+    outcome = await _service(request).enqueue(queue, None if job_id == RANDOM_ID else job_id,
+                                              body)
+    assert outcome.job is not None
+    return reply(job_out(outcome.job), 201 if outcome.status is InsertStatus.CREATED else 200)
+
+
+def _batch_item(raw: Any) -> tuple[str, EnqueueRequest | str]:
+    """(id, request) for a valid item, (id or "", error) for an invalid one."""
+    try:
+        item = BatchItem.model_validate(raw)
+    except PydanticValidationError as exc:
+        given = raw.get("id") if isinstance(raw, dict) else None
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "item"
+        return (given if isinstance(given, str) else ""), f"{where}: {first['msg']}"
+    return item.id, EnqueueRequest.model_validate(item.model_dump(exclude={"id"}))
+
+
+async def enqueue_batch(request: web.Request) -> web.Response:
+    queue = _queue_id(request)
+    envelope = await read_body(request, BatchEnvelope)
+    parsed = [_batch_item(raw) for raw in envelope.jobs]
+    valid = [(i, r) for i, r in parsed if isinstance(r, EnqueueRequest)]
+    outcomes = iter(await _service(request).enqueue_many(queue, valid))
+    results = []
+    for job_id, item in parsed:
+        if isinstance(item, str):
+            results.append(BatchResult(id=job_id, status=InsertStatus.INVALID.value, error=item))
+        else:
+            o = next(outcomes)
+            results.append(BatchResult(id=o.id, status=o.status.value, error=o.error))
+    return reply(BatchOut(jobs=results))
+
+
+async def get_job(request: web.Request) -> web.Response:
+    job, history = await _service(request).get_job(*_ids(request))
+    return reply(job_out(job, history))
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    job = await _service(request).cancel(*_ids(request))
+    return reply(job_out(job), 200 if job.status is JobState.CANCELLED else 202)
+
+
+async def report_status(request: web.Request) -> web.Response:
+    queue, job_id = _ids(request)
+    response = await read_body(request, ResponseRequest)
+    row = await _service(request).report_status(queue, job_id, response)
+    return reply(AcceptedOut(duplicate=row is None), 202)
+
+
+async def replay_job(request: web.Request) -> web.Response:
+    return reply(job_out(await _service(request).replay(*_ids(request))), 201)
+
+
+async def archived_jobs(request: web.Request) -> web.Response:
+    query = read_query(request, ArchivedQuery)
+    after = decode_cursor(query.cursor) if query.cursor else None
+    jobs = await _service(request).list_archived(queue=query.name, status=query.status,
+                                                 limit=query.limit + 1, after=after)
+    page, more = jobs[:query.limit], len(jobs) > query.limit
+    cursor = None
+    if more and page[-1].finished_at is not None:
+        cursor = encode_cursor(page[-1].finished_at, page[-1].queue, page[-1].id)
+    return reply(ArchivedPage(jobs=[job_out(j) for j in page], next_cursor=cursor))
+
+
+# -- responses -------------------------------------------------------------------
+
+
+async def signed_response(request: web.Request) -> web.Response:
+    deps = request.app[DEPS]
+    key = request.match_info["key"]
+    try:
+        query = read_query(request, CallbackQuery)
+    except PydanticValidationError:
+        raise ApiError(401, "unauthorized", "the callback URL is not signed") from None
+    if not deps.signer.verify(key, query.attempt, query.sig):
+        raise ApiError(401, "unauthorized", "the callback URL's signature is not valid")
+    response = await read_body(request, ResponseRequest, empty={})
+    row = await deps.service.report_callback(key, query.attempt, response)
+    return reply(AcceptedOut(duplicate=row is None, correlation_key=key), 202)
+
+
+async def templated_response(request: web.Request) -> web.Response:
+    queue = _queue_id(request)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_request", "the response body must be a JSON object")
+    fields = {k: body[k] for k in ResponseRequest.model_fields if k in body}
+    fields.setdefault("result", body)
+    response = ResponseRequest.model_validate(fields)
+    scope = {"body": body, "query": dict(request.query),
+             "path": {"queue": queue, "tail": request.match_info.get("tail", "")}}
+    key, row = await _service(request).report_by_template(queue, scope, response)
+    return reply(AcceptedOut(duplicate=row is None, correlation_key=key), 202)
+
+
+# -- operations ------------------------------------------------------------------
+
+
+async def stats(request: web.Request) -> web.Response:
+    service = _service(request)
+    queues = [QueueStatsOut.model_validate(s, from_attributes=True) for s in await service.stats()]
+    counts = ResponseCounts.model_validate(await service.response_counts())
+    return reply(StatsOut(queues=queues, responses=counts))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    await _service(request).store.ping()
+    return reply(HealthOut(status="ok", database="ok"))

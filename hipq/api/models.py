@@ -1,0 +1,165 @@
+"""The HTTP API's pydantic models: request bodies, query strings and answers.
+
+The handlers validate with these models and serialize through them, and
+``/openapi.json`` is generated from the same classes, so the document cannot drift
+from what the server does. Request bodies reuse the core's own models
+(``QueueConfig``, ``EnqueueRequest``, ``BatchItem``, ``ResponseRequest``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
+
+from hipq.config import QueueConfig
+from hipq.schemas import BatchItem
+
+MAX_BATCH = 10_000
+MAX_PAGE = 1000
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ErrorDetail(_Out):
+    code: str = Field(description="a stable machine-readable code, e.g. 'queue_not_found'")
+    message: str
+    details: Any = None
+
+
+class ErrorOut(_Out):
+    error: ErrorDetail
+
+
+class AttemptOut(_Out):
+    attempt: int
+    launched_at: AwareDatetime | None
+    finished_at: AwareDatetime | None
+    outcome: str
+    error: dict[str, Any] | None = None
+
+
+class JobOut(_Out):
+    id: str
+    queue: str
+    status: str
+    data: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    run_at: AwareDatetime
+    expires_at: AwareDatetime | None
+    priority: int
+    weight: int
+    critical: bool
+    correlation_key: str | None
+    ordering_key: str | None
+    timeout_seconds: float
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    launched_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    replay_of: str | None = None
+    history: list[AttemptOut] = Field(default_factory=list)
+
+
+class QueueStatsOut(_Out):
+    queue: str
+    paused: bool
+    queued: int
+    due: int
+    running: int
+    running_weight: int
+    oldest_due_age_seconds: float | None
+    concurrency: int | None
+
+
+class QueueOut(_Out):
+    id: str
+    paused: bool
+    config: QueueConfig
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    stats: QueueStatsOut | None = None
+
+
+class QueueList(_Out):
+    queues: list[QueueOut]
+
+
+class BatchRequest(_In):
+    """Up to 10,000 jobs; each is checked on its own (a bad one is ``invalid``)."""
+
+    jobs: Annotated[list[BatchItem], Field(max_length=MAX_BATCH)]
+
+
+class BatchEnvelope(_In):
+    """How the handler reads a batch: the envelope strictly, the items one by one
+    with :class:`~hipq.schemas.BatchItem`, so one bad item does not reject the rest."""
+
+    jobs: Annotated[list[Any], Field(max_length=MAX_BATCH)]
+
+
+class BatchResult(_Out):
+    id: str
+    status: str = Field(description="created | exists | conflict | invalid")
+    error: str | None = None
+
+
+class BatchOut(_Out):
+    jobs: list[BatchResult]
+
+
+class ArchivedQuery(_In):
+    name: Annotated[str, Field(min_length=1, max_length=100)] | None = Field(
+        default=None, description="only this queue")
+    status: Annotated[str, Field(pattern=r"^(succeeded|failed|expired|cancelled)$")] | None = None
+    limit: int = Field(default=100, ge=1, le=MAX_PAGE)
+    cursor: Annotated[str, Field(max_length=2000)] | None = Field(
+        default=None, description="next_cursor of the previous page")
+
+
+class ArchivedPage(_Out):
+    jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class CallbackQuery(_In):
+    attempt: int = Field(ge=1, le=1_000_000)
+    sig: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class AcceptedOut(_Out):
+    accepted: bool = True
+    duplicate: bool = Field(default=False, description="the same response was stored before")
+    correlation_key: str | None = None
+
+
+class ResponseCounts(_Out):
+    pending: int = 0
+    applied: int = 0
+    duplicate: int = 0
+    stale: int = 0
+    late: int = 0
+    unmatched: int = 0
+
+
+class StatsOut(_Out):
+    queues: list[QueueStatsOut]
+    responses: ResponseCounts
+
+
+class HealthOut(_Out):
+    status: str
+    database: str
+
+
+class AnyObject(RootModel[dict[str, Any]]):
+    """Any JSON object (a downstream's own response body)."""

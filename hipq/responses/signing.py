@@ -1,0 +1,48 @@
+"""Signed callback URLs.
+
+A launched try gets ``{public_url}/v1/responses/{correlation_key}?attempt=N&sig=S``
+where ``S`` is HMAC-SHA256 (hex) over the key and the attempt. The downstream needs
+no API token: the signature is its proof that hipq issued this URL for this try.
+Changing the key or the attempt breaks the signature; checks are constant-time.
+
+The signing key comes from ``signing_key`` in the config, or is generated once and
+stored in the database (``hipq_meta``), so every daemon of a cluster and every
+restart signs and checks with the same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from urllib.parse import quote, urlencode
+
+from hipq.store import SQLStore
+
+SIGNING_KEY_META = "signing_key"
+
+
+class Signer:
+    def __init__(self, key: str) -> None:
+        if not key:
+            raise ValueError("the signing key must not be empty")
+        self._key = key.encode()
+
+    def sign(self, correlation_key: str, attempt: int) -> str:
+        message = f"{attempt}\n{correlation_key}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def verify(self, correlation_key: str, attempt: int, signature: str) -> bool:
+        expected = self.sign(correlation_key, attempt)
+        return hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace"))
+
+    def callback_url(self, public_url: str, correlation_key: str, attempt: int) -> str:
+        query = urlencode({"attempt": attempt, "sig": self.sign(correlation_key, attempt)})
+        return f"{public_url.rstrip('/')}/v1/responses/{quote(correlation_key, safe='')}?{query}"
+
+
+async def load_signer(store: SQLStore, configured: str | None) -> Signer:
+    """The configured key, else the one stored in the database (made on first use)."""
+    if configured:
+        return Signer(configured)
+    return Signer(await store.meta_get_or_set(SIGNING_KEY_META, secrets.token_hex(32)))

@@ -1,0 +1,147 @@
+"""The HTTP target: ``{kind: http, url, mode: callback|sync, timeout_seconds, headers, auth}``.
+
+Each launch is one ``POST`` of ``{"id", "queue", "data", "attempt", "max_attempts",
+"correlation_key", "callback_url"}`` with the header ``Hipq-Correlation-Key``, to
+the URL template rendered with ``{queue}`` and ``{id}`` (URL-quoted).
+
+How answers map to outcomes:
+
+* ``callback`` mode: 2xx means accepted (the launch is confirmed; the outcome
+  arrives later at ``callback_url``);
+* ``sync`` mode: 2xx means succeeded, the body (JSON, else text) is the result;
+* both modes: 4xx fails the job without retry, except 408 and 429; 5xx and 408/429
+  are retryable failures (kind ``http_status``, with the status and the start of
+  the body recorded on the try); a connection error is a retryable ``transport``
+  failure; no answer within ``timeout_seconds`` is a ``timeout`` (its outcome is
+  unknown, so an ``at_most_once`` queue does not retry it).
+
+All targets of a daemon share one keep-alive :class:`HttpClient` session; each
+target (one per queue) bounds its own requests in flight (``max_in_flight``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from hipq.config import HttpTarget as HttpTargetConfig
+from hipq.errors import ConfigError, TransientLaunchError
+from hipq.jobs import ErrorKind, Job
+from hipq.responses.signing import Signer
+from hipq.targets.base import ACCEPTED, Completed, LaunchOutcome
+
+CORRELATION_HEADER = "Hipq-Correlation-Key"
+CONNECTION_LIMIT = 200  # sockets in the shared pool, across every downstream
+KEEPALIVE_SECONDS = 30.0
+BODY_EXCERPT = 2000  # characters of a failing answer kept on the try
+RETRYABLE_4XX = frozenset({408, 429})
+
+
+class HttpClient:
+    """One keep-alive ``aiohttp`` session per daemon, and what callback URLs need."""
+
+    def __init__(self, *, signer: Signer | None = None, public_url: str | None = None) -> None:
+        self.signer = signer
+        self.public_url = public_url
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=CONNECTION_LIMIT,
+                                         keepalive_timeout=KEEPALIVE_SECONDS)
+        self._session = aiohttp.ClientSession(connector=connector)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise TransientLaunchError("the HTTP client is not started")
+        return self._session
+
+    def callback_url(self, correlation_key: str, attempt: int) -> str | None:
+        if self.signer is None or self.public_url is None:
+            return None
+        return self.signer.callback_url(self.public_url, correlation_key, attempt)
+
+
+def auth_header(auth: dict[str, str] | None) -> dict[str, str]:
+    """``{type: bearer, token}`` or ``{type: basic, username, password}``."""
+    if not auth:
+        return {}
+    kind = auth.get("type", "bearer" if "token" in auth else "basic")
+    if kind == "bearer" and auth.get("token"):
+        return {"Authorization": f"Bearer {auth['token']}"}
+    if kind == "basic" and "username" in auth:
+        pair = f"{auth['username']}:{auth.get('password', '')}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+    raise ConfigError("target auth must be {type: bearer, token: ...} or "
+                      "{type: basic, username: ..., password: ...}")
+
+
+class HttpTarget:
+    def __init__(self, config: HttpTargetConfig, client: HttpClient | None) -> None:
+        if not config.url.startswith(("http://", "https://")):
+            raise ConfigError(f"target url {config.url!r} must start with http:// or https://")
+        self.config = config
+        self.client = client
+        self._headers = {**config.headers, **auth_header(config.auth)}
+        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._timeout = aiohttp.ClientTimeout(total=config.timeout_seconds)
+
+    def url_for(self, job: Job) -> str:
+        return (self.config.url.replace("{queue}", quote(job.queue, safe=""))
+                .replace("{id}", quote(job.id, safe="")))
+
+    def body_for(self, job: Job, key: str) -> dict[str, Any]:
+        callback = self.client.callback_url(key, job.attempt) if self.client else None
+        return {"id": job.id, "queue": job.queue, "data": job.data, "attempt": job.attempt,
+                "max_attempts": job.max_attempts, "correlation_key": key,
+                "callback_url": callback}
+
+    async def launch(self, job: Job) -> LaunchOutcome:
+        if self.client is None:
+            raise TransientLaunchError("no HTTP client: HTTP targets run inside a daemon")
+        key = job.correlation_key or ""
+        headers = {**self._headers, CORRELATION_HEADER: key}
+        async with self._slots:
+            try:
+                async with self.client.session.post(
+                        self.url_for(job), json=self.body_for(job, key), headers=headers,
+                        timeout=self._timeout) as answer:
+                    text = await answer.text(errors="replace")
+                    return self._outcome(answer.status, answer.content_type, text)
+            except TimeoutError:
+                raise TransientLaunchError(f"no answer within {self.config.timeout_seconds}s",
+                                           kind=ErrorKind.TIMEOUT) from None
+            except aiohttp.ClientError as exc:
+                raise TransientLaunchError(f"{type(exc).__name__}: {exc}"[:BODY_EXCERPT],
+                                           kind=ErrorKind.TRANSPORT) from None
+
+    def _outcome(self, status: int, content_type: str, text: str) -> LaunchOutcome:
+        if 200 <= status < 300:
+            if self.config.mode == "callback":
+                return ACCEPTED
+            return Completed(status="succeeded", result=_parse(content_type, text))
+        retryable = status >= 500 or status in RETRYABLE_4XX or status < 400
+        return Completed(status="failed", retryable=retryable, kind=ErrorKind.HTTP_STATUS,
+                         error={"detail": f"HTTP {status}", "status": status,
+                                "body": text[:BODY_EXCERPT]})
+
+
+def _parse(content_type: str, text: str) -> Any:
+    if not text:
+        return None
+    if content_type == "application/json" or content_type.endswith("+json"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text

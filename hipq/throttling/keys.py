@@ -1,0 +1,29 @@
+"""Ordering keys: at most one running job per ``ordering_key``.
+
+The fetch already offers only the head of each key (the earliest by enqueue-time
+``run_at`` among its queued and running jobs; see the store), so launches of a key
+happen in order; this part keeps a tick from launching two jobs of one key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hipq.jobs import Job
+
+
+@dataclass(slots=True)
+class OrderingKeys:
+    busy: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, running: Iterable[Job]) -> OrderingKeys:
+        return cls(busy={j.ordering_key for j in running if j.ordering_key is not None})
+
+    def free(self, job: Job) -> bool:
+        return job.ordering_key is None or job.ordering_key not in self.busy
+
+    def take(self, job: Job) -> None:
+        if job.ordering_key is not None:
+            self.busy.add(job.ordering_key)

@@ -1,0 +1,75 @@
+"""Quotas: each group of a queue gets at most floor(share x concurrency) units.
+
+``quotas: {field: "region", shares: {east: 0.4, north: 0.3, west: 0.3}, default: 0.1,
+lend_unused: false}``. ``field`` is a dotted path into a job's ``data``; a job whose
+value is missing or not listed belongs to the default group, whose cap is
+``floor(default x concurrency)`` if ``default`` is given, else what the listed
+shares leave. With ``lend_unused`` a group may borrow capacity that is idle after
+every group has taken what it could within its own cap; it gives it back as its
+own jobs finish (running jobs are never pre-empted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hipq.jobs import Job
+
+DEFAULT_GROUP = "__default__"
+
+
+def field_value(data: Mapping[str, Any], path: str) -> str | None:
+    """The scalar at a dotted path in a job's data, as text (None if absent)."""
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, bool) or not isinstance(node, str | int | float):
+        return None
+    return str(node)
+
+
+def group_of(data: Mapping[str, Any], path: str, listed: Container[str]) -> str:
+    """The quota group of a job's data (the default group if missing/unlisted)."""
+    value = field_value(data, path)
+    return value if value is not None and value in listed else DEFAULT_GROUP
+
+
+@dataclass(slots=True)
+class QuotaPlan:
+    """Caps and current use per group, in weight units."""
+
+    field_path: str
+    caps: dict[str, int]
+    used: dict[str, int] = field(default_factory=dict)
+    lend_unused: bool = False
+
+    @classmethod
+    def of(cls, quotas: Mapping[str, Any], concurrency: int,
+           running: Iterable[Job]) -> QuotaPlan:
+        shares: Mapping[str, float] = quotas.get("shares", {})
+        caps = {group: math.floor(share * concurrency) for group, share in shares.items()}
+        default = quotas.get("default")
+        caps[DEFAULT_GROUP] = (math.floor(default * concurrency) if default is not None
+                               else max(concurrency - sum(caps.values()), 0))
+        plan = cls(field_path=str(quotas["field"]), caps=caps,
+                   lend_unused=bool(quotas.get("lend_unused", False)))
+        for job in running:
+            plan.add(plan.group(job), job.weight)
+        return plan
+
+    def group(self, job: Job) -> str:
+        return group_of(job.data, self.field_path, self.caps)
+
+    def add(self, group: str, weight: int) -> None:
+        self.used[group] = self.used.get(group, 0) + weight
+
+    def fits(self, group: str, weight: int) -> bool:
+        return self.used.get(group, 0) + weight <= self.caps.get(group, 0)
+
+    def free(self, group: str) -> int:
+        return max(self.caps.get(group, 0) - self.used.get(group, 0), 0)

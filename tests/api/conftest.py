@@ -1,0 +1,186 @@
+"""Fixtures for the HTTP API tests: an in-process daemon serving on 127.0.0.1 (port
+0), a real downstream aiohttp server on 127.0.0.1, and a small HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from hipq.clock import Clock
+from hipq.config import Settings
+from hipq.daemon import Daemon
+
+ADMIN = "admin-token-0123456789"
+PRODUCER = "producer-token-0123456789"
+READER = "reader-token-0123456789"
+SIGNING_KEY = "test-signing-key"
+TOKENS = [{"token": ADMIN, "role": "admin"}, {"token": PRODUCER, "role": "producer"},
+          {"token": READER, "role": "reader"}]
+
+Reply = Callable[[dict[str, Any]], Awaitable[tuple[int, Any]]]
+
+
+@dataclass
+class Downstream:
+    """A downstream service: records every launch POST; ``reply`` decides the answer
+    (default 202 accepted)."""
+
+    url: str = ""
+    received: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    reply: Reply | None = None
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.received.append(body)
+        self.headers.append(dict(request.headers))
+        self.arrived.set()
+        status, answer = (202, {"ok": True}) if self.reply is None else await self.reply(body)
+        if isinstance(answer, str):
+            return web.Response(status=status, text=answer)
+        return web.json_response(answer, status=status)
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count:
+            self.arrived.clear()
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"only {len(self.received)} of {count} launches arrived"
+            try:
+                await asyncio.wait_for(self.arrived.wait(), remaining)
+            except TimeoutError:
+                pass
+        return self.received
+
+
+@pytest.fixture
+async def downstream() -> AsyncIterator[Downstream]:
+    ds = Downstream()
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", ds.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    ds.url = f"http://127.0.0.1:{port}"
+    yield ds
+    await runner.cleanup()
+
+
+@dataclass
+class Api:
+    """A client of a live daemon's API."""
+
+    base: str
+    session: aiohttp.ClientSession
+    token: str | None = ADMIN
+
+    async def call(self, method: str, path: str, body: Any = None, *, token: str | None = "",
+                   raw: bytes | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        token = self.token if token == "" else token
+        sent = dict(headers or {})
+        if token:
+            sent["Authorization"] = f"Bearer {token}"
+        url = path if path.startswith("http") else self.base + path
+        kwargs: dict[str, Any] = {"headers": sent}
+        if raw is not None:
+            kwargs["data"] = raw
+        elif body is not None:
+            kwargs["json"] = body
+        async with self.session.request(method, url, **kwargs) as answer:
+            text = await answer.text()
+            try:
+                return answer.status, await answer.json(content_type=None)
+            except ValueError:
+                return answer.status, text
+
+    async def job(self, queue: str, job_id: str) -> dict[str, Any]:
+        status, body = await self.call("GET", f"/v1/jobs/{queue}/{job_id}")
+        assert status == 200, body
+        return body  # type: ignore[no-any-return]
+
+    async def wait_job(self, queue: str, job_id: str, *statuses: str,
+                       timeout: float = 15.0, check: Callable[[dict[str, Any]], bool]
+                       | None = None) -> dict[str, Any]:
+        """Poll the job until its status is one of ``statuses`` (bounded)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.job(queue, job_id)
+            if job["status"] in statuses and (check is None or check(job)):
+                return job
+            assert time.monotonic() < deadline, f"job stuck: {job}"
+            await asyncio.sleep(0.02)  # polling the API; there is no event to wait on
+
+
+@dataclass
+class Live:
+    daemon: Daemon
+    api: Api
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+
+def settings_for(db_url: str, **extra: Any) -> Settings:
+    raw: dict[str, Any] = {
+        "database": {"url": db_url},
+        "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS},
+        "reconcile": {"interval_seconds": 0.2, "lease_seconds": 30},
+        "signing_key": SIGNING_KEY,
+        "logging": {"level": "INFO"},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return Settings.model_validate(raw)
+
+
+LiveFactory = Callable[..., Awaitable[Live]]
+
+
+@pytest.fixture
+async def live(db_url: str) -> AsyncIterator[LiveFactory]:
+    """Start an in-process daemon: ``await live(clock=..., **settings)``."""
+    started: list[Live] = []
+    session = aiohttp.ClientSession()
+
+    async def start(*, clock: Clock | None = None, **extra: Any) -> Live:
+        daemon = Daemon(settings_for(db_url, **extra), clock=clock)
+        stop, ready = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(daemon.run(stop=stop, ready=ready))
+        waiter = asyncio.create_task(ready.wait())
+        done, _ = await asyncio.wait({task, waiter}, timeout=30,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            waiter.cancel()
+            task.result()
+        assert waiter in done, "the daemon did not start"
+        item = Live(daemon=daemon, api=Api(f"http://127.0.0.1:{daemon.api_port}", session),
+                    stop=stop, task=task)
+        started.append(item)
+        return item
+
+    yield start
+    for item in started:
+        item.stop.set()
+        await asyncio.wait_for(item.task, 30)
+    await session.close()
+
+
+def http_queue(queue_id: str, url: str, **extra: Any) -> dict[str, Any]:
+    """A queue body for ``POST /v1/jobs`` whose target is the downstream."""
+    target = {"kind": "http", "url": url + "/v1/jobs/{queue}/{id}", "mode": "callback",
+              "timeout_seconds": 5, **extra.pop("target", {})}
+    return {"id": queue_id, "attempts": 3, "target": target,
+            "retry": {"strategy": "fixed", "delay_seconds": 0.05}, **extra}

@@ -1,0 +1,282 @@
+"""A tick's cost must not grow with the backlog (SPEC 3): structural checks on PostgreSQL.
+
+Not a timing test (``bench/tick_scaling.py`` measures that). With 20,000 queued
+rows loaded and ``ANALYZE``d, the statements the reconcile loop sends to select
+and claim work are captured as they leave SQLAlchemy (the exact SQL and driver
+parameters of ``job_fetch_due``, ``job_mark_running_many`` and
+``job_expired_sweep``) and ``EXPLAIN``ed with the same parameters: they must read
+``jobs`` through an index (the due-jobs fetch through its partial index, in the
+index's order, so no Sort and no Seq Scan) and, for the fetch, stop after
+``LIMIT`` rows. The generic plans (what a prepared statement switches to after
+five runs) are checked too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy import event
+
+from hipq.jobs import Ordering
+from hipq.store import SQLStore, open_store
+from hipq.store import schema as s
+
+QUEUE = "bench"
+OTHER_QUEUE = "other"
+BACKLOG = 20_000
+LIMIT = 100
+NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+
+# SQL per ``jobs`` column for row ``i`` (checked against the schema; unlisted nullable
+# columns are NULL).
+# 10% of the jobs are not due yet, 5% are critical, 10% have a (future) expires_at.
+_COLUMNS: dict[str, str] = {
+    "queue": "$1::text",
+    "id": "'job-' || lpad(i::text, 8, '0')",
+    "token": "md5('token' || i::text)",
+    "status": "'queued'",
+    "data": "jsonb_build_object('n', i)",
+    "run_at": "$2::timestamptz + make_interval(secs => CASE WHEN i % 10 = 0 THEN 3600 "
+              "ELSE -((i * 7919) % 86400) END)",
+    "expires_at": "CASE WHEN i % 10 = 3 THEN $2::timestamptz + interval '1 day' END",
+    "priority": "100 + (i % 5) * 10",
+    "weight": "1",
+    "critical": "i % 20 = 7",
+    "time_windows": "NULL",
+    "timezone": "NULL",
+    "timeout_seconds": "3600.0",
+    "correlation_key": "NULL",
+    "correlation_fixed": "false",
+    "ordering_key": "NULL",
+    "attempt": "0",
+    "max_attempts": "3",
+    "created_at": "$2::timestamptz",
+    "updated_at": "$2::timestamptz",
+    "launched_at": "NULL",
+    "deadline": "NULL",
+    "owner": "NULL",
+    "launch_confirmed": "false",
+    "result": "NULL",
+    "error": "NULL",
+    "replay_of": "NULL",
+    "body_hash": "md5('body' || i::text)",
+}
+
+
+def _insert_sql() -> str:
+    columns = [c.name for c in s.jobs.columns]
+    missing = [c.name for c in s.jobs.columns if not c.nullable and c.name not in _COLUMNS]
+    assert not missing, f"test loader out of date with hipq/store/schema.py: {missing}"
+    assert set(_COLUMNS) <= set(columns), "test loader names columns jobs does not have"
+    return (f"INSERT INTO jobs ({', '.join(columns)}) "
+            f"SELECT {', '.join(_COLUMNS.get(c, 'NULL') for c in columns)} "
+            "FROM generate_series($3::bigint, $4::bigint) AS i")
+
+
+@pytest.fixture(scope="module")
+async def backlog_db(pg_url: str) -> AsyncIterator[str]:
+    """A migrated database with a 20,000-job backlog (and a smaller other queue)."""
+    name = f"hipq_plans_{os.getpid()}"
+    server = await asyncpg.connect(pg_url)
+    try:
+        await server.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await server.execute(f"CREATE DATABASE {name}")
+    finally:
+        await server.close()
+    url = f"{pg_url.rpartition('/')[0]}/{name}"
+    store = await open_store(url)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(_insert_sql(), QUEUE, NOW, 1, BACKLOG)
+        await conn.execute(_insert_sql(), OTHER_QUEUE, NOW, 1, BACKLOG // 4)
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
+    yield url
+    server = await asyncpg.connect(pg_url)
+    try:
+        await server.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+async def pg_store(backlog_db: str) -> AsyncIterator[SQLStore]:
+    store = await open_store(backlog_db)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def raw(backlog_db: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(backlog_db)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@contextmanager
+def captured(store: SQLStore) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """The (SQL, driver parameters) of every statement the store sends meanwhile."""
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, tuple(parameters or ())))
+
+    engine = store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def only(seen: list[tuple[str, tuple[Any, ...]]], prefix: str) -> tuple[str, tuple[Any, ...]]:
+    matching = [(sql, params) for sql, params in seen if sql.lstrip().startswith(prefix)]
+    assert len(matching) == 1, f"expected one {prefix!r} statement, got {seen}"
+    return matching[0]
+
+
+async def explain(conn: asyncpg.Connection, sql: str, params: tuple[Any, ...], *,
+                  analyze: bool = False) -> dict[str, Any]:
+    """The JSON plan of ``sql`` as run with ``params`` (a custom plan)."""
+    options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+    raw_plan = await conn.fetchval(f"EXPLAIN ({options}) {sql}", *params)
+    plan: dict[str, Any] = json.loads(raw_plan)[0]["Plan"]
+    return plan
+
+
+def literal(value: Any) -> str:
+    """A SQL literal for EXECUTE's arguments (which cannot be bind parameters)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise TypeError(f"no literal for {value!r}")
+
+
+async def explain_generic(conn: asyncpg.Connection, sql: str,
+                          params: tuple[Any, ...]) -> dict[str, Any]:
+    """The generic plan of ``sql``: what a prepared statement may settle on."""
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE hipq_generic AS {sql}")
+    try:
+        args = ", ".join(literal(p) for p in params)
+        raw_plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE hipq_generic({args})")
+    finally:
+        await conn.execute("DEALLOCATE hipq_generic")
+        await conn.execute("RESET plan_cache_mode")
+    plan: dict[str, Any] = json.loads(raw_plan)[0]["Plan"]
+    return plan
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def jobs_scans(plan: dict[str, Any], *, main_only: bool = False) -> list[dict[str, Any]]:
+    """The reads of ``jobs`` in a plan; ``main_only``: not those of a per-row SubPlan
+    or InitPlan (e.g. an ordering-key check), just the ones that produce the rows."""
+    found = []
+    if plan.get("Relation Name") == "jobs" and plan["Node Type"] not in ("ModifyTable",
+                                                                          "LockRows"):
+        found.append(plan)
+    for child in plan.get("Plans", []):
+        if main_only and child.get("Parent Relationship") in ("SubPlan", "InitPlan"):
+            continue
+        found.extend(jobs_scans(child, main_only=main_only))
+    return found
+
+
+def assert_indexed(plan: dict[str, Any], index: str) -> None:
+    """Every read of ``jobs`` is an index scan (no Seq Scan; no Bitmap scan, which
+    would lose the index's order), the rows come from ``index``, and nothing is
+    sorted (the order is the index's)."""
+    shown = json.dumps(plan, indent=1)
+    scans = jobs_scans(plan)
+    assert scans, shown
+    for scan in scans:
+        assert scan["Node Type"] in ("Index Scan", "Index Only Scan"), shown
+    main = jobs_scans(plan, main_only=True)
+    assert main, shown
+    assert {scan["Index Name"] for scan in main} == {index}, shown
+    assert not [n for n in nodes(plan) if "Sort" in n["Node Type"]], shown
+
+
+FETCH_CASES = [
+    pytest.param(Ordering.TIME_THEN_PRIORITY, False, "ix_jobs_due_time", id="time"),
+    pytest.param(Ordering.PRIORITY_THEN_TIME, False, "ix_jobs_due_priority", id="priority"),
+    pytest.param(Ordering.TIME_THEN_PRIORITY, True, "ix_jobs_due_critical", id="critical"),
+]
+
+
+@pytest.mark.parametrize(("ordering", "critical_only", "index"), FETCH_CASES)
+async def test_due_fetch_reads_only_a_limit_from_its_partial_index(
+        pg_store: SQLStore, raw: asyncpg.Connection, ordering: Ordering, critical_only: bool,
+        index: str) -> None:
+    with captured(pg_store) as seen:
+        due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=LIMIT, ordering=ordering,
+                                           critical_only=critical_only)
+    assert len(due) == LIMIT
+    assert all(j.run_at <= NOW for j in due)
+    sql, params = only(seen, "SELECT")
+
+    plan = await explain(raw, sql, params)
+    assert_indexed(plan, index)
+    assert plan["Node Type"] == "Limit"
+    assert plan["Plan Rows"] <= LIMIT, json.dumps(plan, indent=1)
+
+    analyzed = await explain(raw, sql, params, analyze=True)
+    (scan,) = jobs_scans(analyzed, main_only=True)
+    assert scan["Actual Rows"] <= LIMIT, json.dumps(analyzed, indent=1)  # stopped at LIMIT
+    assert scan.get("Rows Removed by Filter", 0) <= LIMIT, json.dumps(analyzed, indent=1)
+
+    assert_indexed(await explain_generic(raw, sql, params), index)
+
+
+async def test_claim_reads_jobs_by_primary_key(pg_store: SQLStore,
+                                               raw: asyncpg.Connection) -> None:
+    due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=LIMIT,
+                                       ordering=Ordering.TIME_THEN_PRIORITY)
+    with captured(pg_store) as seen:
+        claimed = await pg_store.job_mark_running_many(
+            queue=QUEUE, ids=[j.id for j in due], now=NOW, owner="plan-test",
+            heartbeat_seconds=None)
+    assert len(claimed) == LIMIT
+    sql, params = only(seen, "UPDATE jobs")
+    await raw.execute("ANALYZE jobs")
+    plan = await explain(raw, sql, params)
+    assert_indexed(plan, "jobs_pkey")
+    assert_indexed(await explain_generic(raw, sql, params), "jobs_pkey")
+
+
+async def test_expiry_sweep_reads_only_its_partial_index(pg_store: SQLStore,
+                                                         raw: asyncpg.Connection) -> None:
+    with captured(pg_store) as seen:
+        assert await pg_store.job_expired_sweep(now=NOW, limit=1000) == []
+    sql, params = only(seen, "SELECT")
+    plan = await explain(raw, sql, params)
+    assert_indexed(plan, "ix_jobs_expires")
+    assert_indexed(await explain_generic(raw, sql, params), "ix_jobs_expires")
