@@ -214,10 +214,37 @@ class ResponsesConfig(_Strict):
     buffer_seconds: float = Field(default=3600.0, ge=0)
 
 
+class KafkaResponseFields(_Strict):
+    """Where a Kafka response's fields are in its JSON value (dotted paths)."""
+
+    status: str = "status"
+    retryable: str = "retryable"
+    result: str = "result"
+    error: str = "error"
+    attempt: str = "attempt"
+    extend_seconds: str = "extend_seconds"
+
+
 class KafkaConfig(_Strict):
+    """The shared producer (Kafka targets) and the response consumer group
+    (see ``hipq/targets/kafka.py`` and ``hipq/responses/kafka.py``)."""
+
     bootstrap_servers: str
     group_id: str = "hipq"
     response_topics: list[str] = Field(default_factory=list)
+    client_id: str = "hipq"
+    idempotence: bool | Literal["auto"] = "auto"
+    linger_ms: int = Field(default=5, ge=0, le=60000)
+    delivery_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    max_in_flight: int = Field(default=1000, ge=1, le=100000)
+    reconnect_backoff_seconds: float = Field(default=0.5, gt=0)
+    reconnect_backoff_max_seconds: float = Field(default=30.0, gt=0)
+    session_timeout_ms: int = Field(default=10000, ge=500)
+    heartbeat_interval_ms: int = Field(default=3000, ge=50)
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    max_poll_records: int = Field(default=500, ge=1, le=100000)
+    response_fields: KafkaResponseFields = Field(default_factory=KafkaResponseFields)
+    client_options: dict[str, Any] = Field(default_factory=dict)
 
 
 class ArchiveConfig(_Strict):

@@ -186,9 +186,10 @@ class SQLStore:
     async def _insert_chunk(self, conn: AsyncConnection,
                             chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
         unique = list({job.key: job for job in chunk}.values())
-        stmt = (self._insert(s.jobs).values([_job_values(job) for job in unique])
-                .on_conflict_do_nothing().returning(s.jobs.c.queue, s.jobs.c.id))
-        inserted = {(r.queue, r.id) for r in await conn.execute(stmt)}
+        stmt = (self._insert(s.jobs).on_conflict_do_nothing()
+                .returning(s.jobs.c.queue, s.jobs.c.id))
+        rows = await conn.execute(stmt, [_job_values(job) for job in unique])
+        inserted = {(r.queue, r.id) for r in rows}
         keys = [job.key for job in unique]
         archived = await self._hashes(conn, s.archived_jobs, keys)
         clash = [k for k in inserted if k in archived]
@@ -524,9 +525,9 @@ class SQLStore:
         if not archived:
             return
         rows = [{**_job_values(j), "finished_at": j.finished_at} for j in archived]
-        for chunk in _chunks(rows, INSERT_CHUNK):
-            await conn.execute(self._insert(s.archived_jobs).values(list(chunk))
-                               .on_conflict_do_nothing())
+        # executemany: SQLAlchemy compiles the statement once and batches the rows
+        # ("insertmanyvalues"), instead of compiling a new N-row VALUES every time.
+        await conn.execute(self._insert(s.archived_jobs).on_conflict_do_nothing(), rows)
 
     # -- step 3: persisting the batch --------------------------------------------
 

@@ -5,24 +5,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hipq.config import HttpTarget as HttpTargetConfig
+from hipq.config import KafkaTarget as KafkaTargetConfig
 from hipq.config import MemoryTarget as MemoryTargetConfig
 from hipq.config import PythonTarget as PythonTargetConfig
 from hipq.config import TargetConfig
 from hipq.errors import ConfigError
 from hipq.targets.base import Target
 from hipq.targets.http import HttpClient, HttpTarget
+from hipq.targets.kafka import KafkaProducer, KafkaTarget
 from hipq.targets.python import PythonTarget
 
 
 def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = None,
-                 http: HttpClient | None = None) -> Target:
+                 http: HttpClient | None = None,
+                 kafka: KafkaProducer | None = None) -> Target:
     """A target for ``config``. ``memory`` maps names to in-process targets
     (``{kind: memory, name: ...}``), given by tests and embedders; ``http`` is the
-    daemon's shared HTTP client (without it an HTTP target can be checked, not run)."""
+    daemon's shared HTTP client (without it an HTTP target can be checked, not run);
+    ``kafka`` the daemon's shared Kafka producer (likewise)."""
     if isinstance(config, PythonTargetConfig):
         return PythonTarget(config)
     if isinstance(config, HttpTargetConfig):
         return HttpTarget(config, http)
+    if isinstance(config, KafkaTargetConfig):
+        return KafkaTarget(config, kafka, http)
     if isinstance(config, MemoryTargetConfig):
         if memory is None or config.name not in memory:
             raise ConfigError(f"no in-process target named {config.name!r} is registered")

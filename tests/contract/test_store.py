@@ -642,13 +642,14 @@ async def test_late_responses_are_recorded_on_the_history(store: SQLStore,
 
 async def test_reschedule_moves_only_queued_jobs(store: SQLStore, clock: FakeClock) -> None:
     await start(store, clock, make_job(clock, "running"))
-    await insert(store, make_job(clock, "queued"))
-    later = clock.now() + timedelta(minutes=5)
+    await insert(store, make_job(clock, "a"), make_job(clock, "b"), make_job(clock, "c"))
+    run_ats = {"a": clock.now() + timedelta(minutes=5), "b": clock.now() + timedelta(hours=2),
+               "running": clock.now() + timedelta(minutes=5)}
 
-    moved = await store.job_reschedule_many(queue=Q, run_ats={"queued": later, "running": later},
-                                            now=clock.now())
-    assert moved == 1
-    assert (await get(store, "queued")).run_at == later
+    assert await store.job_reschedule_many(queue=Q, run_ats=run_ats, now=clock.now()) == 2
+    assert (await get(store, "a")).run_at == run_ats["a"]
+    assert (await get(store, "b")).run_at == run_ats["b"]
+    assert (await get(store, "c")).run_at == clock.now()
     assert (await get(store, "running")).run_at == clock.now()
 
 

@@ -58,7 +58,7 @@ EARLY = 400  # per queue, enqueued before the first daemon starts
 LATE_CHUNKS = 3  # the rest, in this many chunks, while the first daemons run
 REFUSE_EVERY = 10  # at_most_once jobs with n % 10 == 0 fail on purpose (not retryable)
 KILLS = 6
-TERMS = 2  # graceful stops mid-work, besides the kills
+TERMS = 1  # graceful stops mid-work, besides the kills
 CONCURRENCY = 50
 LEASE_SECONDS = 2.0
 START_DEADLINE = 30.0  # a started daemon must make progress within this
@@ -228,21 +228,24 @@ async def _wait_in_flight(run: Run, conn: asyncpg.Connection) -> None:
         await asyncio.sleep(0.005)
 
 
-def _size(path: Path) -> int:
-    return path.stat().st_size
+def _read_from(path: Path, offset: int) -> bytes:
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read()
 
 
-async def _wait_launching(run: Run, conn: asyncpg.Connection, launch_log: Path) -> None:
-    """Poll until the target has just been called for a job whose launch is not
-    confirmed yet (it is in its sleep): the launch log grew while launches are in
-    flight (bounded)."""
+async def _wait_launching(run: Run, conn: asyncpg.Connection, launch_log: Path,
+                          queue: str) -> None:
+    """Poll until the target has just been called for a job of ``queue`` whose launch
+    is not confirmed yet (it is in its sleep): the launch log got a line of that
+    queue while launches are in flight (bounded)."""
     await _wait_in_flight(run, conn)
-    size = _size(launch_log)
+    offset = len(_read_from(launch_log, 0))
     deadline = time.monotonic() + START_DEADLINE
-    while _size(launch_log) == size:
+    while f"{queue} ".encode() not in _read_from(launch_log, offset):
         run.check_alive()
         assert time.monotonic() < deadline, (
-            f"no launch started within {START_DEADLINE}s:\n{run.tail()}")
+            f"no launch of {queue} started within {START_DEADLINE}s:\n{run.tail()}")
         await asyncio.sleep(0.002)
 
 
@@ -282,7 +285,8 @@ async def test_sigkill_mid_work_loses_nothing(crash_db: tuple[str, str],
         # Kills land while jobs are marked running but not confirmed, right after the
         # target was called for such a job, or at a random moment; a few graceful
         # stops mid-work (launches in flight) are mixed in.
-        modes = (["kill-marked", "kill-launching", "kill-random"] * KILLS)[:KILLS]
+        modes = (["kill-marked", f"kill-launching-{ALO}", f"kill-launching-{AMO}",
+                  "kill-random"] * KILLS)[:KILLS]
         modes += ["term"] * TERMS
         rng.shuffle(modes)
         for cycle, mode in enumerate(modes):
@@ -296,8 +300,8 @@ async def test_sigkill_mid_work_loses_nothing(crash_db: tuple[str, str],
             await _wait_progress(run, conn, before.archived, needed)
             if mode == "kill-random":
                 await asyncio.sleep(rng.uniform(0, 0.4))
-            elif mode == "kill-launching":
-                await _wait_launching(run, conn, launch_log)
+            elif mode.startswith("kill-launching-"):
+                await _wait_launching(run, conn, launch_log, mode.removeprefix("kill-launching-"))
             else:  # marked running, launching or not: either way not confirmed yet
                 await _wait_in_flight(run, conn)
             run.check_alive()

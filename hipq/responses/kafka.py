@@ -1,0 +1,347 @@
+"""The Kafka response consumer: ``kafka.response_topics`` -> the response inbox.
+
+One aiokafka consumer group (``kafka.group_id``) per daemon, with manual commits.
+Each polled batch is handled in this order, which is the whole crash-safety story:
+
+1. parse every message into a :class:`~hipq.store.Response` (or count it malformed);
+2. write them all to the inbox in one transaction, each with the dedup key
+   ``kafka:<topic>:<partition>:<offset>:<timestamp>``;
+3. only then commit the offsets past the batch.
+
+A crash between 2 and 3 re-delivers the batch to the next consumer of the group;
+the inbox ignores rows whose dedup key it already holds, so nothing is applied
+twice and nothing is lost. The message timestamp is part of the key because a
+broker that loses its data (a test broker restart, a re-created topic) numbers
+offsets from 0 again: a new message at an old offset must not pass for a repeat.
+If the insert fails (database down) nothing is committed: the consumer seeks back
+and retries after a back-off.
+
+The correlation key of a message, first found wins:
+
+* the header ``Hipq-Correlation-Key``;
+* the queues' ``correlation.response`` templates (or plugins), over ``key``
+  (text), ``value`` (the JSON value) and ``headers`` (text values); only the
+  queue named by a ``Hipq-Queue`` header if there is one, else every queue that
+  has one, in id order;
+* the message key.
+
+The response fields are read from the JSON value at ``kafka.response_fields``
+(dotted paths; defaults ``status``, ``retryable``, ``result``, ``error``,
+``attempt``, ``extend_seconds``; a missing ``attempt`` falls back to the
+``Hipq-Attempt`` header). A message whose value is not a JSON object, whose
+fields are invalid, or that yields no key is *malformed*: counted, logged once
+with its topic/partition/offset, and skipped (its offset is committed).
+
+Connection loss: the consumer reconnects with a doubling back-off
+(``reconnect_backoff_seconds`` .. ``reconnect_backoff_max_seconds``); the daemon
+keeps running meanwhile. Test hook: with ``HIPQ_TEST_KAFKA_PAUSE_AFTER_INBOX``
+set to a file path, the consumer writes that file after its first inbox insert
+and then waits forever without committing, so a test can SIGKILL it right there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from pydantic import ValidationError as PydanticValidationError
+
+from hipq.clock import Clock, SystemClock
+from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
+from hipq.errors import HipqError
+from hipq.responses.correlation import TemplateError, response_key
+from hipq.schemas import ResponseRequest
+from hipq.store import Response, SQLStore
+
+log = logging.getLogger(__name__)
+
+CORRELATION_HEADER = "Hipq-Correlation-Key"
+QUEUE_HEADER = "Hipq-Queue"
+ATTEMPT_HEADER = "Hipq-Attempt"
+PAUSE_ENV = "HIPQ_TEST_KAFKA_PAUSE_AFTER_INBOX"
+POLL_TIMEOUT_MS = 500
+TEMPLATE_REFRESH_SECONDS = 5.0
+STOP_GRACE_SECONDS = 10.0
+
+
+class MalformedMessage(ValueError):
+    """A response message that cannot be turned into a response."""
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    consumed: int = 0
+    inserted: int = 0
+    duplicates: int = 0  # already in the inbox (re-delivered after a crash or rebalance)
+    malformed: int = 0
+    commits: int = 0
+    commit_failures: int = 0
+    connects: int = 0
+    errors: int = 0
+
+
+class ResponseParser:
+    """Turns one consumer record into a :class:`Response` (pure: no I/O)."""
+
+    def __init__(self, fields: KafkaResponseFields,
+                 correlations: Mapping[str, CorrelationConfig] | None = None) -> None:
+        self.fields = fields
+        self.correlations = dict(sorted((correlations or {}).items()))
+
+    def parse(self, record: Any) -> Response:
+        headers = _headers(record.headers)
+        value = _json_object(record.value)
+        key = None if record.key is None else bytes(record.key).decode("utf-8", "replace")
+        correlation_key = self._correlation_key(key, value, headers)
+        response = self._fields(value, headers)
+        return Response(correlation_key=correlation_key, attempt=response.attempt,
+                        status=response.status, retryable=response.retryable,
+                        result=response.result, error=response.error,
+                        extend_seconds=response.extend_seconds, source="kafka",
+                        dedup_key=dedup_key(record))
+
+    def _correlation_key(self, key: str | None, value: dict[str, Any],
+                         headers: dict[str, str]) -> str:
+        if headers.get(CORRELATION_HEADER):
+            return headers[CORRELATION_HEADER]
+        problems: list[str] = []
+        queue = headers.get(QUEUE_HEADER)
+        candidates = ([(queue, self.correlations[queue])] if queue in self.correlations
+                      else list(self.correlations.items()))
+        scope = {"key": key, "value": value, "headers": headers}
+        for queue_id, config in candidates:
+            try:
+                return response_key(config, scope)
+            except (TemplateError, HipqError) as exc:
+                problems.append(f"{queue_id}: {exc}")
+        if key:
+            return key
+        detail = "; ".join(problems) if problems else "no response template matched"
+        raise MalformedMessage(f"no correlation key (no {CORRELATION_HEADER} header, no "
+                               f"message key; {detail})")
+
+    def _fields(self, value: Mapping[str, Any], headers: Mapping[str, str]) -> ResponseRequest:
+        f = self.fields
+        raw = {"status": _get(value, f.status), "retryable": _get(value, f.retryable),
+               "result": _get(value, f.result), "error": _get(value, f.error),
+               "attempt": _get(value, f.attempt),
+               "extend_seconds": _get(value, f.extend_seconds)}
+        if raw["attempt"] is None and headers.get(ATTEMPT_HEADER):
+            raw["attempt"] = headers[ATTEMPT_HEADER]
+        if raw["status"] is None:
+            raw["status"] = "succeeded"
+        try:
+            return ResponseRequest.model_validate(raw)
+        except PydanticValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                 for e in exc.errors(include_url=False))
+            raise MalformedMessage(f"invalid response fields: {problems}") from None
+
+
+def dedup_key(record: Any) -> str:
+    return f"kafka:{record.topic}:{record.partition}:{record.offset}:{record.timestamp}"
+
+
+def _headers(raw: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    return {name: (value or b"").decode("utf-8", "replace") for name, value in raw or ()}
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any]:
+    if raw is None:
+        raise MalformedMessage("the message has no value")
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise MalformedMessage("the value is not JSON") from None
+    if not isinstance(value, dict):
+        raise MalformedMessage(f"the value is JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _get(value: Mapping[str, Any], path: str) -> Any:
+    node: Any = value
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+class KafkaResponseConsumer:
+    """Consumes ``kafka.response_topics`` into the inbox until :meth:`stop`."""
+
+    def __init__(self, config: KafkaConfig, store: SQLStore, *, clock: Clock | None = None,
+                 on_work: Callable[[], None] | None = None,
+                 pause_file: str | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.on_work = on_work
+        self.stats = ConsumerStats()
+        self.parser = ResponseParser(config.response_fields)
+        self.assigned = asyncio.Event()  # set once the group gave us partitions
+        self._pause_file = pause_file if pause_file is not None else os.environ.get(PAUSE_ENV)
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._templates_at = float("-inf")
+        self._failures = 0
+
+    def start(self) -> None:
+        if not self.config.response_topics:
+            log.info("no kafka.response_topics: the Kafka response consumer is off")
+            return
+        self._task = asyncio.create_task(self._run(), name="hipq-kafka-consumer")
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), STOP_GRACE_SECONDS)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            consumer = self._new_consumer()
+            try:
+                await consumer.start()
+                self.stats.connects += 1
+                log.info("Kafka response consumer joined group %s on %s", self.config.group_id,
+                         ", ".join(self.config.response_topics),
+                         extra={"action": "kafka_consumer_start"})
+                await self._consume(consumer)
+            except Exception as exc:  # never let the consumer die: log, back off, reconnect
+                self.stats.errors += 1
+                self._failures += 1
+                delay = self._backoff()
+                log.warning("Kafka response consumer error (%s: %s); reconnecting in %.1fs",
+                            type(exc).__name__, exc, delay,
+                            exc_info=not isinstance(exc, KafkaError | OSError),
+                            extra={"action": "kafka_consumer_down"})
+                await self._wait(delay)
+            finally:
+                self.assigned.clear()
+                await _stop_quietly(consumer)
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        c = self.config
+        return AIOKafkaConsumer(
+            *c.response_topics, bootstrap_servers=c.bootstrap_servers, group_id=c.group_id,
+            client_id=c.client_id, enable_auto_commit=False,
+            auto_offset_reset=c.auto_offset_reset, session_timeout_ms=c.session_timeout_ms,
+            heartbeat_interval_ms=c.heartbeat_interval_ms, max_poll_records=c.max_poll_records,
+            **c.client_options)
+
+    async def _consume(self, consumer: AIOKafkaConsumer) -> None:
+        while not self._stopping.is_set():
+            batches = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS,
+                                             max_records=self.config.max_poll_records)
+            if consumer.assignment():
+                self.assigned.set()
+            self._failures = 0
+            if batches:
+                await self._handle(consumer, batches)
+
+    async def _handle(self, consumer: AIOKafkaConsumer,
+                      batches: Mapping[TopicPartition, Sequence[Any]]) -> None:
+        await self._refresh_templates()
+        responses: list[Response] = []
+        for records in batches.values():
+            for record in records:
+                self.stats.consumed += 1
+                parsed = self._parse(record)
+                if parsed is not None:
+                    responses.append(parsed)
+        try:
+            ids = await self.store.inbox_insert_many(responses, now=self.clock.now())
+        except HipqError as exc:
+            self.stats.errors += 1
+            for tp, records in batches.items():  # nothing committed: read them again
+                consumer.seek(tp, records[0].offset)
+            self._failures += 1
+            delay = self._backoff()
+            log.warning("cannot write Kafka responses to the inbox (%s); retrying in %.1fs",
+                        exc, delay, extra={"action": "kafka_inbox_error"})
+            await self._wait(delay)
+            return
+        fresh = sum(1 for i in ids if i is not None)
+        self.stats.inserted += fresh
+        self.stats.duplicates += len(ids) - fresh
+        await self._pause_point(len(ids))
+        await self._commit(consumer, {tp: records[-1].offset + 1
+                                      for tp, records in batches.items() if records})
+        if fresh and self.on_work is not None:
+            self.on_work()
+
+    def _parse(self, record: Any) -> Response | None:
+        try:
+            return self.parser.parse(record)
+        except MalformedMessage as exc:
+            self.stats.malformed += 1
+            log.warning("skipping a malformed Kafka response at %s/%d offset %d: %s",
+                        record.topic, record.partition, record.offset, exc,
+                        extra={"action": "kafka_response_malformed"})
+            return None
+
+    async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            await consumer.commit(offsets)
+            self.stats.commits += 1
+        except KafkaError as exc:  # e.g. a rebalance: re-delivered messages are deduplicated
+            self.stats.commit_failures += 1
+            log.warning("Kafka offset commit failed (%s: %s); the messages will be read again "
+                        "and de-duplicated", type(exc).__name__, exc,
+                        extra={"action": "kafka_commit_failed"})
+
+    async def _refresh_templates(self) -> None:
+        if self.clock.monotonic() - self._templates_at < TEMPLATE_REFRESH_SECONDS:
+            return
+        try:
+            queues = await self.store.queue_list()
+        except HipqError as exc:
+            log.warning("cannot refresh queue correlation templates: %s", exc)
+            return
+        self._templates_at = self.clock.monotonic()
+        self.parser.correlations = dict(sorted(
+            (q.id, q.config.correlation) for q in queues
+            if q.config.correlation is not None
+            and (q.config.correlation.response or q.config.correlation.plugin)))
+
+    async def _pause_point(self, written: int) -> None:
+        """Test hook: stop between the inbox insert and the commit (see module doc)."""
+        if not self._pause_file or not written:
+            return
+        Path(self._pause_file).write_text(json.dumps({"written": written}), encoding="utf-8")
+        log.warning("test hook: pausing the Kafka consumer before its commit",
+                    extra={"action": "kafka_test_pause"})
+        await asyncio.Event().wait()
+
+    def _backoff(self) -> float:
+        return float(min(self.config.reconnect_backoff_seconds * 2 ** max(self._failures - 1, 0),
+                         self.config.reconnect_backoff_max_seconds))
+
+    async def _wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+async def _stop_quietly(consumer: AIOKafkaConsumer) -> None:
+    try:
+        await consumer.stop()
+    except Exception as exc:  # closing a broken client must not hide the first error
+        log.debug("error while stopping the Kafka consumer: %r", exc)

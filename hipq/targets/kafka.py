@@ -1,0 +1,246 @@
+"""The Kafka target: ``{kind: kafka, topic, key: "<template>"}``, and the shared producer.
+
+Each launch produces one message to ``topic``: the JSON value ``{"id", "queue",
+"data", "attempt", "max_attempts", "correlation_key", "callback_url"}`` (as the
+HTTP target posts), the correlation key as the header ``Hipq-Correlation-Key``
+(plus ``Hipq-Queue``, ``Hipq-Job-Id`` and ``Hipq-Attempt``), and as message key
+the correlation key, or the ``key`` template rendered over ``id``, ``queue``,
+``data``, ``attempt`` and ``correlation_key`` (e.g. ``"{data.customer}"`` keeps
+one customer's requests in order on one partition).
+
+State model of :class:`KafkaProducer` (one per daemon, shared by every Kafka
+target): *stopped* -> (first send) *starting* -> *running*; a start that fails
+(broker down) leaves it *stopped* with a back-off deadline (doubling from
+``reconnect_backoff_seconds`` to ``reconnect_backoff_max_seconds``), and sends
+before that deadline fail at once, so a dead broker costs no waiting. A running
+producer reconnects by itself (aiokafka); one that reports a non-retriable error
+is closed and started again lazily. The daemon never waits for Kafka to start.
+
+Idempotence: ``kafka.idempotence`` ``true`` / ``false`` / ``auto`` (default).
+``auto`` starts an idempotent producer and, when the broker connects but refuses
+``InitProducerId`` (old brokers, Tansu), falls back to a plain ``acks=all``
+producer for the life of the process, logging a warning once.
+
+Failure modes, as the launch's outcome (a failed try, retried by the queue's
+strategy; never dropped): the producer cannot start, or the message cannot be
+handed over (no metadata, too large): ``transport``; handed over but not
+acknowledged within ``delivery_timeout_seconds``: ``timeout``, because the
+broker may still have written it (an ``at_most_once`` queue does not retry it);
+a ``key`` template that does not fit the job's data fails the job (not retryable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+from hipq.clock import Clock, SystemClock
+from hipq.config import KafkaConfig
+from hipq.config import KafkaTarget as KafkaTargetConfig
+from hipq.errors import LaunchError, TransientLaunchError
+from hipq.jobs import ErrorKind, Job
+from hipq.responses.correlation import TemplateError, render
+from hipq.targets.base import ACCEPTED, LaunchOutcome
+from hipq.targets.http import HttpClient
+
+log = logging.getLogger(__name__)
+
+CORRELATION_HEADER = "Hipq-Correlation-Key"
+QUEUE_HEADER = "Hipq-Queue"
+JOB_ID_HEADER = "Hipq-Job-Id"
+ATTEMPT_HEADER = "Hipq-Attempt"
+ACK_GRACE_SECONDS = 2.0  # beyond the producer's own delivery timeout
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+class KafkaProducer:
+    """One lazily started ``AIOKafkaProducer`` (``acks=all``) shared by a daemon."""
+
+    def __init__(self, config: KafkaConfig, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.idempotent: bool | None = None  # known once a producer has started
+        self.failed_starts = 0
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._retry_at = 0.0
+        self._last_error = ""
+        self._refused_idempotence = False
+        self._closed = False
+
+    @property
+    def running(self) -> bool:
+        return self._producer is not None
+
+    async def send(self, topic: str, *, key: bytes | None, value: bytes,
+                   headers: Headers = ()) -> None:
+        """Produce one message and wait for its acknowledgement.
+
+        Raises :class:`TransientLaunchError` (kind ``transport`` or ``timeout``)."""
+        producer = await self._get()
+        async with self._slots:
+            try:
+                ack = await producer.send(topic, value=value, key=key, headers=list(headers))
+            except KafkaError as exc:
+                self._note_error(exc)
+                raise TransientLaunchError(f"Kafka produce to {topic!r} failed: {_text(exc)}",
+                                           kind=ErrorKind.TRANSPORT) from None
+            try:
+                await asyncio.wait_for(ack, self.config.delivery_timeout_seconds
+                                       + ACK_GRACE_SECONDS)
+            except (KafkaTimeoutError, TimeoutError):
+                raise TransientLaunchError(
+                    f"Kafka did not acknowledge the message to {topic!r} within "
+                    f"{self.config.delivery_timeout_seconds:g}s", kind=ErrorKind.TIMEOUT) from None
+            except KafkaError as exc:
+                self._note_error(exc)
+                raise TransientLaunchError(f"Kafka produce to {topic!r} failed: {_text(exc)}",
+                                           kind=ErrorKind.TRANSPORT) from None
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            await _stop_quietly(producer)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def _get(self) -> AIOKafkaProducer:
+        producer = self._producer
+        if producer is not None:
+            return producer
+        async with self._lock:
+            if self._producer is not None:
+                return self._producer
+            if self._closed:
+                raise TransientLaunchError("the Kafka producer is closed",
+                                           kind=ErrorKind.TRANSPORT)
+            wait = self._retry_at - self.clock.monotonic()
+            if wait > 0:
+                raise TransientLaunchError(
+                    f"Kafka is unavailable ({self._last_error}); next connection attempt "
+                    f"in {wait:.1f}s", kind=ErrorKind.TRANSPORT)
+            try:
+                self._producer = await self._start()
+            except (KafkaError, OSError) as exc:
+                self._start_failed(exc)
+                raise TransientLaunchError(f"Kafka is unavailable: {self._last_error}",
+                                           kind=ErrorKind.TRANSPORT) from None
+            self.failed_starts = 0
+            self._retry_at = 0.0
+            return self._producer
+
+    async def _start(self) -> AIOKafkaProducer:
+        wanted = self.config.idempotence
+        if wanted is False or (wanted == "auto" and self._refused_idempotence):
+            return await self._start_one(idempotent=False)
+        try:
+            return await self._start_one(idempotent=True)
+        except KafkaConnectionError:
+            raise
+        except KafkaError as exc:
+            if wanted is True:
+                raise
+            self._refused_idempotence = True
+            log.warning("the Kafka broker refused the idempotent producer (%s); using a "
+                        "plain acks=all producer", _text(exc),
+                        extra={"action": "kafka_idempotence_off"})
+            return await self._start_one(idempotent=False)
+
+    async def _start_one(self, *, idempotent: bool) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.config.bootstrap_servers, client_id=self.config.client_id,
+            acks="all", enable_idempotence=idempotent, linger_ms=self.config.linger_ms,
+            request_timeout_ms=int(self.config.delivery_timeout_seconds * 1000),
+            **self.config.client_options)
+        try:
+            await producer.start()
+        except BaseException:
+            await _stop_quietly(producer)
+            raise
+        self.idempotent = idempotent
+        log.info("Kafka producer connected to %s (idempotent: %s)",
+                 self.config.bootstrap_servers, idempotent,
+                 extra={"action": "kafka_producer_start"})
+        return producer
+
+    def _start_failed(self, exc: BaseException) -> None:
+        self.failed_starts += 1
+        self._last_error = _text(exc)
+        delay = min(self.config.reconnect_backoff_seconds * 2 ** (self.failed_starts - 1),
+                    self.config.reconnect_backoff_max_seconds)
+        self._retry_at = self.clock.monotonic() + delay
+        log.warning("Kafka producer cannot start (%s); retrying in %.1fs", self._last_error,
+                    delay, extra={"action": "kafka_producer_down"})
+
+    def _note_error(self, exc: KafkaError) -> None:
+        """A non-retriable producer error: start a fresh producer for the next sends."""
+        if getattr(exc, "retriable", False) or isinstance(exc, KafkaConnectionError):
+            return
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            log.warning("restarting the Kafka producer after %s", _text(exc),
+                        extra={"action": "kafka_producer_restart"})
+            task = asyncio.create_task(_stop_quietly(producer))
+            task.add_done_callback(lambda t: None)
+
+
+async def _stop_quietly(producer: AIOKafkaProducer) -> None:
+    try:
+        await producer.stop()
+    except Exception as exc:  # closing a broken client must not hide the first error
+        log.debug("error while stopping a Kafka producer: %r", exc)
+
+
+def _text(exc: BaseException) -> str:
+    return (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)[:500]
+
+
+class KafkaTarget:
+    def __init__(self, config: KafkaTargetConfig, producer: KafkaProducer | None,
+                 http: HttpClient | None = None) -> None:
+        self.config = config
+        self.producer = producer
+        self.http = http
+
+    def message_key(self, job: Job, correlation_key: str) -> str:
+        if self.config.key is None:
+            return correlation_key
+        scope = {"id": job.id, "queue": job.queue, "data": job.data, "attempt": job.attempt,
+                 "correlation_key": correlation_key}
+        return render(self.config.key, scope)
+
+    def body_for(self, job: Job, key: str) -> dict[str, Any]:
+        callback = self.http.callback_url(key, job.attempt) if self.http is not None else None
+        return {"id": job.id, "queue": job.queue, "data": job.data, "attempt": job.attempt,
+                "max_attempts": job.max_attempts, "correlation_key": key,
+                "callback_url": callback}
+
+    async def launch(self, job: Job) -> LaunchOutcome:
+        if self.producer is None:
+            raise TransientLaunchError("no Kafka producer: Kafka targets need the "
+                                       "'kafka' settings and run inside a daemon")
+        key = job.correlation_key or ""
+        try:
+            message_key = self.message_key(job, key)
+        except TemplateError as exc:
+            raise LaunchError(f"Kafka message key: {exc}", kind="key_template") from None
+        value = json.dumps(self.body_for(job, key), separators=(",", ":"),
+                           default=str).encode()
+        headers = [(CORRELATION_HEADER, key.encode()), (QUEUE_HEADER, job.queue.encode()),
+                   (JOB_ID_HEADER, job.id.encode()), (ATTEMPT_HEADER, str(job.attempt).encode())]
+        await self.producer.send(self.config.topic, key=message_key.encode(), value=value,
+                                 headers=headers)
+        return ACCEPTED
+
+    async def close(self) -> None:
+        return None  # the producer is the daemon's
