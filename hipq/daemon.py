@@ -21,16 +21,18 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from hipq.clock import Clock, SystemClock
 from hipq.api import ApiDeps, ApiServer
+from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
 from hipq.errors import ConfigError, HipqError, TransientStoreError
 from hipq.reconciler import Reconciler
+from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
 from hipq.service import Hipq
 from hipq.store import SQLStore, open_store
 from hipq.targets import Target
 from hipq.targets.http import HttpClient
+from hipq.targets.kafka import KafkaProducer
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ class Daemon:
         self._again = False
         self._wake_handle: asyncio.TimerHandle | None = None
         self.http: HttpClient | None = None
+        self.kafka_producer: KafkaProducer | None = None
+        self.kafka_consumer: KafkaResponseConsumer | None = None
         self.api: ApiServer | None = None
         self.api_port: int | None = None  # the bound port once the API serves
 
@@ -87,14 +91,28 @@ class Daemon:
                                      config=self.settings.reconcile,
                                      responses=self.settings.responses,
                                      memory_targets=self.memory_targets, on_wake=self.wake,
-                                     http_client=self.http)
+                                     http_client=self.http,
+                                     kafka_producer=self._open_kafka())
         return self.service
+
+    def _open_kafka(self) -> KafkaProducer | None:
+        """The shared producer and the response consumer; both connect lazily and
+        retry with back-off, so a broker that is down never stops the daemon."""
+        kafka = self.settings.kafka
+        if kafka is None or self.store is None:
+            return None
+        self.kafka_producer = KafkaProducer(kafka, clock=self.clock)
+        self.kafka_consumer = KafkaResponseConsumer(kafka, self.store, clock=self.clock,
+                                                    on_work=self.wake)
+        return self.kafka_producer
 
     async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         if self.service is None:
             await self.open()
         await self._start_http()
         self._start_scheduler()
+        if self.kafka_consumer is not None:
+            self.kafka_consumer.start()
         log.info("hipq running as %s (database %s)", self.owner,
                  self.settings.database.url.split("@")[-1], extra={"action": "start"})
         if ready is not None:
@@ -195,6 +213,8 @@ class Daemon:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        if self.kafka_consumer is not None:
+            await self.kafka_consumer.stop()
         try:
             if self.reconciler is not None:
                 self.reconciler.stop()
@@ -209,7 +229,12 @@ class Daemon:
         except HipqError as exc:
             log.warning("shutdown could not persist everything: %s", exc)
         finally:
-            if self.http is not None:
-                await self.http.close()
-            if self.store is not None:
-                await self.store.close()
+            await self._close_clients()
+
+    async def _close_clients(self) -> None:
+        if self.kafka_producer is not None:
+            await self.kafka_producer.close()
+        if self.http is not None:
+            await self.http.close()
+        if self.store is not None:
+            await self.store.close()

@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from hipq.clock import Clock
@@ -59,6 +59,7 @@ from hipq.store import (
 )
 from hipq.targets import Accepted, Completed, LaunchOutcome, Target, build_target
 from hipq.targets.http import HttpClient
+from hipq.targets.kafka import KafkaProducer
 from hipq.throttling import DEFAULT_GROUP, QuotaPlan, RateBudget, build_throttler
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class Reconciler:
                  responses: ResponsesConfig | None = None,
                  memory_targets: Mapping[str, Target] | None = None,
                  http_client: HttpClient | None = None,
+                 kafka_producer: KafkaProducer | None = None,
                  on_wake: Callable[[], None] | None = None) -> None:
         self.store = store
         self.clock = clock
@@ -149,6 +151,7 @@ class Reconciler:
         self.responses = responses or ResponsesConfig()
         self.memory_targets = memory_targets
         self.http_client = http_client
+        self.kafka_producer = kafka_producer
         self.on_wake = on_wake
         self.batch: dict[tuple[str, str], Entry] = {}
         self.held: set[str] = set()
@@ -304,7 +307,7 @@ class Reconciler:
         target = None
         if config.target is not None:
             target = build_target(config.target, memory=self.memory_targets,
-                                  http=self.http_client)
+                                  http=self.http_client, kafka=self.kafka_producer)
         runtime = _QueueRuntime(config=config, throttler=build_throttler(config),
                                 retry=build_retry(config.retry), target=target)
         self._runtimes[record.id] = runtime
@@ -371,11 +374,15 @@ class Reconciler:
         fetch = partial(self.store.job_fetch_due, queue=config.id, now=now,
                         ordering=config.ordering, key_mode=config.ordering_key_mode)
         batches: list[list[Job]] = []
+        # with a per-group rate limit, the first jobs in order may all belong to
+        # groups out of budget: look further so they do not hide the other groups
+        wide = limit if config.rate_limit is not None and config.rate_limit.by else 0
         if normal_free > 0:
             if config.quotas is not None and config.concurrency is not None:
-                batches.extend(await self._fetch_groups(config, running, normal_free, fetch))
+                batches.extend(await self._fetch_groups(config, running, normal_free, fetch,
+                                                        wide))
             else:
-                batches.append(await fetch(limit=normal_free))
+                batches.append(await fetch(limit=max(normal_free, wide)))
             if config.aging_seconds and config.ordering is Ordering.PRIORITY_THEN_TIME:
                 batches.append(await fetch(limit=normal_free,
                                            ordering=Ordering.TIME_THEN_PRIORITY))
@@ -392,7 +399,8 @@ class Reconciler:
 
     @staticmethod
     async def _fetch_groups(config: QueueConfig, running: Sequence[Job], free: int,
-                            fetch: Callable[..., Awaitable[list[Job]]]) -> list[list[Job]]:
+                            fetch: Callable[..., Awaitable[list[Job]]],
+                            wide: int = 0) -> list[list[Job]]:
         """One bounded fetch per quota group that has room (all groups may borrow
         when the queue lends unused quota)."""
         assert config.quotas is not None and config.concurrency is not None
@@ -404,6 +412,7 @@ class Reconciler:
             room = free if config.quotas.lend_unused else min(plan.free(group), free)
             if room <= 0:
                 continue
+            room = max(room, wide)
             if group == DEFAULT_GROUP:
                 out.append(await fetch(limit=room, default_group_excluding=listed))
             else:

@@ -27,7 +27,8 @@ from hipq.errors import (
     ValidationError,
 )
 from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
-from hipq.responses.correlation import render, response_key
+from hipq.responses import correlation
+from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.store import (
@@ -40,7 +41,6 @@ from hipq.store import (
 )
 from hipq.throttling import build_throttler, field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
-
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 
@@ -253,6 +253,7 @@ def validate_queue(config: QueueConfig) -> None:
     try:
         build_throttler(config)
         build_retry(config.retry)
+        correlation.check(config.correlation)
     except ConfigError as exc:
         raise ValidationError(f"queue {config.id!r}: {exc}") from None
 
@@ -271,9 +272,9 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
                    if request.time_windows is not None else None)
     run_at = _first_open_time(config, own_windows, request, now)
     fixed_key = request.correlation_key
-    if fixed_key is None and config.correlation and config.correlation.request:
-        fixed_key = render(config.correlation.request,
-                           {"id": job_id, "queue": config.id, "data": request.data})
+    if fixed_key is None:
+        fixed_key = request_key(config.correlation,
+                                {"id": job_id, "queue": config.id, "data": request.data})
     data = request.data
     if config.merge_by_ordering_key and request.ordering_key is not None:
         data = {"payloads": [request.data]}

@@ -45,8 +45,11 @@ class PerServer:
         reschedule: dict[str, datetime] = {}
         for job in ctx.candidates:
             tz = job.timezone or ctx.queue.timezone
-            if job.time_windows and not is_open(job.time_windows, tz, ctx.now):
-                opening = next_open(job.time_windows, tz, ctx.now)
+            windows = job.time_windows  # the job's own windows, else the queue's
+            if windows is None and ctx.queue.time_windows is not None:
+                windows = [w.model_dump() for w in ctx.queue.time_windows]
+            if windows and not is_open(windows, tz, ctx.now):
+                opening = next_open(windows, tz, ctx.now)
                 if opening is not None:
                     reschedule[job.id] = opening
                 continue

@@ -16,7 +16,6 @@ from hipq.api.models import (
     AcceptedOut,
     ArchivedPage,
     ArchivedQuery,
-    AttemptOut,
     BatchEnvelope,
     BatchOut,
     BatchResult,

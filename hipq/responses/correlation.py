@@ -21,6 +21,7 @@ from hipq.config import CorrelationConfig
 from hipq.errors import HipqError, ValidationError
 from hipq.plugins import load_object
 
+MAX_KEY_LENGTH = 500
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)\}")
 
 
@@ -43,10 +44,22 @@ def lookup(path: str, scope: Mapping[str, Any]) -> Any:
 
 
 def render(template: str, scope: Mapping[str, Any]) -> str:
-    key = _FIELD.sub(lambda m: str(lookup(m.group(1), scope)), template)
+    return _checked(_FIELD.sub(lambda m: str(lookup(m.group(1), scope)), template))
+
+
+def _checked(key: str) -> str:
     if not key:
         raise TemplateError("correlation template produced an empty key")
+    if len(key) > MAX_KEY_LENGTH or "\x00" in key:
+        raise TemplateError(f"a correlation key must be 1-{MAX_KEY_LENGTH} characters "
+                            "without NUL")
     return key
+
+
+def check(config: CorrelationConfig | None) -> None:
+    """Fail early (:class:`~hipq.errors.ConfigError`) if the plugin cannot be loaded."""
+    if config is not None and config.plugin and not callable(load_object(config.plugin)):
+        raise TemplateError(f"correlation plugin {config.plugin!r} is not callable")
 
 
 def _plugin_key(plugin: str, side: str, scope: Mapping[str, Any]) -> str | None:
@@ -59,9 +72,9 @@ def _plugin_key(plugin: str, side: str, scope: Mapping[str, Any]) -> str | None:
         raise TemplateError(f"correlation plugin {plugin!r} raised: {exc!r}"[:500]) from None
     if key is None:
         return None
-    if not isinstance(key, str) or not key:
+    if not isinstance(key, str):
         raise TemplateError(f"correlation plugin {plugin!r} returned {key!r}, not a string")
-    return key
+    return _checked(key)
 
 
 def request_key(config: CorrelationConfig | None, scope: Mapping[str, Any]) -> str | None:

@@ -77,6 +77,10 @@ class MalformedMessage(ValueError):
     """A response message that cannot be turned into a response."""
 
 
+class KafkaCommitStuck(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """An offset commit that did not finish: reconnect."""
+
+
 @dataclass(slots=True)
 class ConsumerStats:
     consumed: int = 0
@@ -256,6 +260,8 @@ class KafkaResponseConsumer:
             self._failures = 0
             if batches:
                 await self._handle(consumer, batches)
+            else:
+                await rewind_truncated(consumer)
 
     async def _handle(self, consumer: AIOKafkaConsumer,
                       batches: Mapping[TopicPartition, Sequence[Any]]) -> None:
@@ -299,14 +305,22 @@ class KafkaResponseConsumer:
             return None
 
     async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+        """Commit past the batch. A failed commit only means re-delivery, which the
+        inbox de-duplicates. aiokafka retries some commit errors for ever (a topic
+        that vanished with a broker's data): after a session timeout without
+        success the consumer reconnects instead."""
+        limit = max(self.config.session_timeout_ms / 1000, 1.0)
         try:
-            await consumer.commit(offsets)
+            await asyncio.wait_for(consumer.commit(offsets), limit)
             self.stats.commits += 1
-        except KafkaError as exc:  # e.g. a rebalance: re-delivered messages are deduplicated
+        except KafkaError as exc:  # e.g. a rebalance
             self.stats.commit_failures += 1
             log.warning("Kafka offset commit failed (%s: %s); the messages will be read again "
                         "and de-duplicated", type(exc).__name__, exc,
                         extra={"action": "kafka_commit_failed"})
+        except TimeoutError:
+            self.stats.commit_failures += 1
+            raise KafkaCommitStuck(f"no offset commit within {limit:g}s") from None
 
     async def _refresh_templates(self) -> None:
         if self.clock.monotonic() - self._templates_at < TEMPLATE_REFRESH_SECONDS:
@@ -326,7 +340,8 @@ class KafkaResponseConsumer:
         """Test hook: stop between the inbox insert and the commit (see module doc)."""
         if not self._pause_file or not written:
             return
-        Path(self._pause_file).write_text(json.dumps({"written": written}), encoding="utf-8")
+        await asyncio.to_thread(Path(self._pause_file).write_text,
+                                json.dumps({"written": written}), encoding="utf-8")
         log.warning("test hook: pausing the Kafka consumer before its commit",
                     extra={"action": "kafka_test_pause"})
         await asyncio.Event().wait()
@@ -338,6 +353,26 @@ class KafkaResponseConsumer:
     async def _wait(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+async def rewind_truncated(consumer: AIOKafkaConsumer) -> None:
+    """Seek to the start of partitions whose log now ends before our position.
+
+    A broker that lost its data (or a re-created topic) numbers offsets from 0
+    again. Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE and the
+    consumer resets, but some brokers (Tansu) answer with nothing, which would
+    skip every new message until the offsets catch up. Reading the new log from
+    its start is safe: the inbox de-duplicates."""
+    for tp in consumer.assignment():
+        end = consumer.highwater(tp)
+        if end is None:
+            continue
+        position = await consumer.position(tp)
+        if position > end:
+            log.warning("Kafka partition %s/%d ends at offset %d, before our position %d "
+                        "(the broker lost data?); reading it from its start", tp.topic,
+                        tp.partition, end, position, extra={"action": "kafka_rewind"})
+            await consumer.seek_to_beginning(tp)
 
 
 async def _stop_quietly(consumer: AIOKafkaConsumer) -> None:

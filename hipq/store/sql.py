@@ -177,11 +177,22 @@ class SQLStore:
         ``body_hash`` matches and ``conflict`` otherwise; a fixed correlation key
         already used by a live job is a ``conflict`` too.
         """
+        firsts: dict[tuple[str, str], Job] = {}
+        for job in new_jobs:
+            firsts.setdefault(job.key, job)
         outcomes: dict[tuple[str, str], InsertOutcome] = {}
-        for chunk in _chunks(new_jobs, INSERT_CHUNK):
+        for chunk in _chunks(list(firsts.values()), INSERT_CHUNK):
             async with self._tx() as conn:
                 outcomes.update(await self._insert_chunk(conn, chunk))
-        return [outcomes[job.key] for job in new_jobs]
+        return [outcomes[job.key] if firsts[job.key] is job
+                else self._repeat_outcome(job, outcomes[job.key]) for job in new_jobs]
+
+    @classmethod
+    def _repeat_outcome(cls, job: Job, first: InsertOutcome) -> InsertOutcome:
+        """A (queue, id) repeated in one call: judged against what its first occurrence
+        left stored, so an item is never reported created while another body is kept."""
+        stored = {} if first.job is None else {job.key: first.job}
+        return cls._insert_outcome(job, set(), stored)
 
     async def _insert_chunk(self, conn: AsyncConnection,
                             chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
@@ -666,7 +677,10 @@ class SQLStore:
                         ids[r.dedup_key] = r.id
         plain.sort()
         it = iter(plain)
-        return [next(it) if r.dedup_key is None else ids.get(r.dedup_key) for r in responses]
+        out: list[int | None] = []
+        for r in responses:  # a dedup_key repeated within the call is a duplicate too
+            out.append(next(it) if r.dedup_key is None else ids.pop(r.dedup_key, None))
+        return out
 
     async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
         """Unapplied responses for these correlation keys, oldest first."""
@@ -769,12 +783,20 @@ class SQLStore:
         """Record responses that came after their job's try had ended."""
         if not rows:
             return
-        values = [{"queue": q, "job_id": j, "attempt": r.attempt or 0,
-                   "correlation_key": r.correlation_key, "launched_at": None, "finished_at": now,
-                   "outcome": "late_response", "error": r.error,
-                   "response": {"status": r.status, "result": r.result}} for q, j, r in rows]
+        a = s.job_attempts
         async with self._tx() as conn:
-            await conn.execute(s.job_attempts.insert(), values)
+            # A response without an attempt number belongs to the try that had its key.
+            tries = {r.correlation_key: r.attempt for r in await conn.execute(
+                sa.select(a.c.correlation_key, sa.func.max(a.c.attempt).label("attempt"))
+                .where(a.c.correlation_key.in_(list({r.correlation_key for _, _, r in rows})))
+                .group_by(a.c.correlation_key))}
+            values = [{"queue": q, "job_id": j,
+                       "attempt": r.attempt or tries.get(r.correlation_key) or 0,
+                       "correlation_key": r.correlation_key, "launched_at": None,
+                       "finished_at": now, "outcome": "late_response", "error": r.error,
+                       "response": {"status": r.status, "result": r.result}}
+                      for q, j, r in rows]
+            await conn.execute(a.insert(), values)
 
     # -- leases ------------------------------------------------------------------
 

@@ -125,6 +125,9 @@ class HttpTarget:
                 raise TransientLaunchError(f"{type(exc).__name__}: {exc}"[:BODY_EXCERPT],
                                            kind=ErrorKind.TRANSPORT) from None
 
+    async def close(self) -> None:
+        return None  # the session belongs to the daemon's HttpClient
+
     def _outcome(self, status: int, content_type: str, text: str) -> LaunchOutcome:
         if 200 <= status < 300:
             if self.config.mode == "callback":

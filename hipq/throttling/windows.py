@@ -34,6 +34,26 @@ def _pairs(windows: Sequence[Mapping[str, str]]) -> list[tuple[time, time]]:
     return [(_hm(w["start"]), _hm(w["end"])) for w in windows]
 
 
+def _instant(day: date, at: time, zone: ZoneInfo) -> datetime:
+    """The UTC instant of a local wall time: its first occurrence if repeated (fall
+    back); if skipped (spring forward), the instant the gap ends. (zoneinfo maps a
+    skipped time with the old offset, past the gap's end: a window ending at 02:30
+    on a 02:00->03:00 day would stay open until 03:30.)"""
+    wall = datetime.combine(day, at)
+    first = wall.replace(tzinfo=zone).astimezone(UTC)
+    if first.astimezone(zone).replace(tzinfo=None) == wall:
+        return first
+    low = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)  # before the gap
+    high = first  # after it: bisect to the transition, to the second
+    while (high - low).total_seconds() > 1:
+        mid = low + timedelta(seconds=(high - low).total_seconds() // 2)
+        if mid.astimezone(zone).replace(tzinfo=None) >= wall:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def _intervals(windows: Sequence[Mapping[str, str]], tz: str,
                around: datetime) -> Iterator[tuple[datetime, datetime]]:
     zone = _zone(tz)
@@ -44,8 +64,7 @@ def _intervals(windows: Sequence[Mapping[str, str]], tz: str,
             if start == end:
                 continue
             end_day = day + timedelta(days=1) if end <= start else day
-            opens = datetime.combine(day, start, zone).astimezone(UTC)
-            closes = datetime.combine(end_day, end, zone).astimezone(UTC)
+            opens, closes = _instant(day, start, zone), _instant(end_day, end, zone)
             if closes > opens:
                 yield opens, closes
 

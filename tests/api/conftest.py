@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,16 +49,14 @@ class Downstream:
             return web.Response(status=status, text=answer)
         return web.json_response(answer, status=status)
 
-    async def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
+    async def wait_for(self, count: int, within: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + within
         while len(self.received) < count:
             self.arrived.clear()
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"only {len(self.received)} of {count} launches arrived"
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.arrived.wait(), remaining)
-            except TimeoutError:
-                pass
         return self.received
 
 
@@ -110,10 +109,10 @@ class Api:
         return body  # type: ignore[no-any-return]
 
     async def wait_job(self, queue: str, job_id: str, *statuses: str,
-                       timeout: float = 15.0, check: Callable[[dict[str, Any]], bool]
+                       within: float = 15.0, check: Callable[[dict[str, Any]], bool]
                        | None = None) -> dict[str, Any]:
         """Poll the job until its status is one of ``statuses`` (bounded)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while True:
             job = await self.job(queue, job_id)
             if job["status"] in statuses and (check is None or check(job)):

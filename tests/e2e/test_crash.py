@@ -3,10 +3,14 @@
 2,000 jobs flow through a Python target (``tests.e2e.crash_target:work``) on two
 queues, one ``at_least_once`` and one ``at_most_once``. Part of the jobs is
 enqueued before the first daemon starts, the rest while daemons run (and get
-killed). The daemon is killed with SIGKILL at a random moment mid-work at least
-``KILLS`` times, restarted each time (the new process has a new owner id, so it
-takes the queues over once the dead owner's lease expires); the last one runs until
-every job is terminal and is then stopped with SIGTERM, which must exit 0.
+killed). ``python -m hipq -c crash.yaml run`` is killed with SIGKILL mid-work
+``KILLS`` times and restarted each time (the new process has a new owner id, so it
+takes the queues over once the dead owner's lease expires). The kills land while
+jobs are marked running but not confirmed, right after the target was called for
+such a job (of either queue), or at a random moment. One more daemon is stopped
+with SIGTERM mid-work (launches in flight): it must exit 0 having recorded every
+launch (no unconfirmed running job) and released its leases. The last daemon runs
+until every job is terminal and is then stopped with SIGTERM, which must exit 0.
 
 The target appends ``"queue id attempt"`` to a launch log before it does any work,
 so the log is a lower bound of what reached the "downstream". Checked afterwards:

@@ -38,3 +38,10 @@ class FlakyThrottler:
         if self.calls == 1:
             raise RuntimeError("throttler bug")
         return ThrottleResult(launch=list(ctx.candidates))
+
+
+class RaisingRetry:
+    """A retry strategy with a bug: the built-in exponential backoff takes over."""
+
+    def decide(self, ctx: RetryContext) -> Retry:
+        raise RuntimeError("retry bug")

@@ -11,12 +11,11 @@ from hypothesis import strategies as st
 
 from hipq.jobs import Job
 from hipq.reconciler import Reconciler
-from hipq.schemas import EnqueueRequest
+from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import SQLStore
 from hipq.testing import FakeClock, MemoryTarget
-
-from tests.engine._helpers import hot_jobs, queue, respond, tick
+from tests.engine._helpers import hot_jobs, queue, tick
 
 _queue_numbers = itertools.count()
 
@@ -63,14 +62,16 @@ class Run:
         self.ids.extend(job_id for job_id, _ in items)
 
     async def running(self) -> list[Job]:
-        return await self.store.job_load_running(queue=self.queue)
+        """In a stable order: each draw must go to the same job when an example replays."""
+        return sorted(await self.store.job_load_running(queue=self.queue), key=lambda j: j.id)
 
     async def step(self, responses: list[str] | None = None, advance: float | None = None) -> None:
         for running in await self.running():
             action = responses.pop() if responses else self.data.draw(ACTIONS)
-            if action != "wait":
-                await respond(self.hipq, running.id, self.queue,
-                              status="succeeded" if action == "succeed" else "failed")
+            if action != "wait" and running.correlation_key:
+                status = "succeeded" if action == "succeed" else "failed"
+                await self.hipq.report_response(running.correlation_key,
+                                                ResponseRequest(status=status))
         if responses is None and self.data.draw(ONE_IN_FOUR):
             await self.enqueue(self.data.draw(st.lists(job_specs(), max_size=3)))
         self.clock.advance(self.data.draw(st.integers(0, 10)) if advance is None else advance)
@@ -111,4 +112,5 @@ async def test_capacity_holds_and_no_job_is_launched_twice_or_lost(
     assert await hot_jobs(store, run.queue) == []
     for job_id in run.ids:
         stored = await store.job_get(run.queue, job_id)
-        assert stored is not None and stored.status.terminal, (job_id, stored)
+        assert stored is not None
+        assert stored.status.terminal, stored

@@ -12,7 +12,6 @@ from hipq.reconciler import Reconciler
 from hipq.service import Hipq
 from hipq.store import SQLStore
 from hipq.testing import FakeClock, MemoryTarget
-
 from tests.engine._helpers import enqueue, history, inbox_outcomes, job, queue, respond, tick
 
 RETRY_AT_ONCE = {"strategy": "fixed", "delay_seconds": 0}
@@ -47,7 +46,8 @@ async def test_a_retried_job_is_persisted_queued_and_dropped_from_the_batch(
     stored = await job(hipq, "a")
     assert (stored.status, stored.attempt) == (JobState.QUEUED, 1)
     assert stored.run_at == clock.now() + timedelta(seconds=10)
-    assert stored.owner is None and stored.correlation_key is None
+    assert stored.owner is None
+    assert stored.correlation_key is None
     assert reconciler.batch == {}
 
 
@@ -106,7 +106,8 @@ async def test_the_retry_plugin_sees_a_copy(
 
 async def test_the_throttler_sees_snapshots(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget) -> None:
-    await hipq.create_queue(queue(throttler={"plugin": "tests.engine._plugins:ScribblingThrottler"}))
+    throttler = {"plugin": "tests.engine._plugins:ScribblingThrottler"}
+    await hipq.create_queue(queue(throttler=throttler))
     await enqueue(hipq, "a", data={"keep": 1})
     await tick(reconciler)
     await enqueue(hipq, "b", data={"keep": 2})  # "a" is now among the running jobs
@@ -132,4 +133,5 @@ async def test_each_try_is_recorded_in_the_history(
 
     tries = await history(hipq, "a")
     assert [(t.attempt, t.outcome) for t in tries] == [(1, "response_failed"), (2, "succeeded")]
-    assert tries[0].error is not None and tries[0].error["detail"] == "boom"
+    assert tries[0].error is not None
+    assert tries[0].error["detail"] == "boom"

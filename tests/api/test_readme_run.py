@@ -1,0 +1,126 @@
+"""A real ``hipq run`` subprocess (SQLite, API on a free port) against a real
+downstream on 127.0.0.1: the README's curl examples run verbatim, then the same
+daemon serves a ``sync`` queue with a retried failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from tests.api.conftest import ADMIN, SIGNING_KEY, TOKENS, Api, Downstream, http_queue
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def readme_commands() -> list[str]:
+    """The curl commands of the README's "HTTP API" section, one string each."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## HTTP API"):]
+    section = section[:section.index("\n## ")]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    commands, current = [], []
+    for line in block.group(1).splitlines():
+        if line.startswith("#"):
+            if current:
+                commands.append("\n".join(current))
+            current = []
+        elif line.strip():
+            current.append(line)
+    commands.append("\n".join(current))
+    return commands
+
+
+@pytest.fixture
+async def hipq_run(tmp_path: Path) -> AsyncIterator[str]:
+    """A ``hipq run`` subprocess; yields its base URL."""
+    config = {"database": {"url": f"sqlite+aiosqlite:///{tmp_path}/hipq.db"},
+              "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS},
+              "reconcile": {"interval_seconds": 0.5}, "signing_key": SIGNING_KEY}
+    (tmp_path / "hipq.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}
+    env["PYTHONPATH"] = str(ROOT)
+    log_path = tmp_path / "run.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once; the test owns it)
+            [sys.executable, "-m", "hipq", "-c", "hipq.yaml", "run"],
+            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := re.search(r"API listening on (http://\S+)", log_path.read_text())):
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            await asyncio.sleep(0.05)  # polling the subprocess's log: no signal to wait on
+        yield found.group(1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 30)
+    assert code == 0, log_path.read_text()
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
+
+
+async def _sh(command: str, env: dict[str, str]) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, (command, out, err)
+    return out.decode()
+
+
+async def test_readme_curl_examples_and_sync_mode(hipq_run: str,
+                                                  downstream: Downstream) -> None:
+    env = dict(os.environ, HIPQ=hipq_run, TOKEN=ADMIN, DOWNSTREAM=downstream.url)
+    outputs: list[Any] = []
+    async with aiohttp.ClientSession() as session:
+        api = Api(hipq_run, session)
+        for command in readme_commands():
+            if "$CALLBACK_URL" in command:
+                launches = await downstream.wait_for(3)
+                env["CALLBACK_URL"] = next(x["callback_url"] for x in launches
+                                           if x["id"] == "inv-1")
+            outputs.append(json.loads(await _sh(command, env)))
+            if "DELETE" in command:  # the archived listing needs inv-1 finished
+                await api.wait_job("invoices", "inv-1", "succeeded")
+        job = await api.wait_job("invoices", "inv-1", "succeeded")
+        assert job["result"] == {"pdf": "inv-1.pdf"}
+        assert outputs[0]["id"] == "invoices"
+        assert outputs[1]["status"] == "queued"
+        assert [j["status"] for j in outputs[2]["jobs"]] == ["created", "created"]
+        assert outputs[3]["accepted"] is True
+        assert outputs[4]["history"] is not None
+        assert outputs[5]["id"] == "inv-3"
+        assert outputs[6]["replay_of"] == "inv-1"
+        assert "inv-1" in [j["id"] for j in outputs[7]["jobs"]]
+        assert outputs[8]["responses"]["applied"] >= 1
+
+        calls = 0
+
+        async def reply(body: dict[str, Any]) -> tuple[int, Any]:
+            nonlocal calls
+            calls += body["queue"] == "sync"
+            return (500, "oops") if body["attempt"] == 1 else (200, {"n": body["data"]["n"]})
+
+        downstream.reply = reply
+        status, _ = await api.call("POST", "/v1/jobs", http_queue(
+            "sync", downstream.url, target={"mode": "sync"}))
+        assert status == 201
+        await api.call("PUT", "/v1/jobs/sync/s1", {"data": {"n": 5}})
+        job = await api.wait_job("sync", "s1", "succeeded")
+        assert job["result"] == {"n": 5}
+        assert job["attempt"] == 2
+        assert calls == 2
