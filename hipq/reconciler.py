@@ -225,6 +225,7 @@ class Reconciler:
         by_key = {e.job.correlation_key: e for e in self.batch.values() if e.job.correlation_key}
         rows = await self.store.inbox_pending_for_keys(list(by_key))
         marks: list[tuple[int, InboxOutcome]] = []
+        late: list[tuple[str, str, InboxRow]] = []
         for row in rows:
             entry = by_key[row.correlation_key]
             if row.id in entry.inbox_ids:
@@ -232,8 +233,12 @@ class Reconciler:
             verdict = self._apply_row(entry, row, now)
             if verdict is None:
                 counters.add("responses_applied")
-            else:
-                marks.append((row.id, verdict))
+                continue
+            marks.append((row.id, verdict))
+            if verdict is InboxOutcome.LATE:
+                late.append((entry.job.queue, entry.job.id, row))
+        if late:
+            await self.store.attempt_record_late_many(late, now=now)
         if marks:
             await self.store.inbox_mark_many(marks, now=now)
 
@@ -241,6 +246,12 @@ class Reconciler:
         """Apply one response to its entry; None if applied, else why not."""
         if row.attempt is not None and row.attempt != entry.job.attempt:
             return InboxOutcome.STALE
+        if (row.attempt is None and entry.job.attempt > 1 and entry.job.launched_at is not None
+                and row.received_at < entry.job.launched_at):
+            # A fixed key and no attempt number: a response received before this try
+            # was launched belongs to an earlier try (a try is always marked running
+            # before it is sent, so an early response to a first try is still kept).
+            return InboxOutcome.LATE
         if entry.outcome is not None:
             return InboxOutcome.DUPLICATE
         entry.inbox_ids.append(row.id)

@@ -678,8 +678,9 @@ class SQLStore:
         plain.sort()
         it = iter(plain)
         out: list[int | None] = []
-        for r in responses:  # a dedup_key repeated within the call is a duplicate too
-            out.append(next(it) if r.dedup_key is None else ids.pop(r.dedup_key, None))
+        for response in responses:  # a dedup_key repeated within the call is a duplicate too
+            key = response.dedup_key
+            out.append(next(it) if key is None else ids.pop(key, None))
         return out
 
     async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:

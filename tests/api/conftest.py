@@ -183,3 +183,36 @@ def http_queue(queue_id: str, url: str, **extra: Any) -> dict[str, Any]:
               "timeout_seconds": 5, **extra.pop("target", {})}
     return {"id": queue_id, "attempts": 3, "target": target,
             "retry": {"strategy": "fixed", "delay_seconds": 0.05}, **extra}
+
+
+async def expire_many(api: Api, queue: str, count: int) -> None:
+    """Enqueue ``count`` jobs that expire at once, and wait until all are archived."""
+    past = "2020-01-01T00:00:00Z"
+    jobs = [{"id": f"j{i:04d}", "expires_at": past} for i in range(count)]
+    for start in range(0, count, 250):  # several calls: several finished_at values
+        status, body = await api.call("POST", f"/v1/jobs/{queue}/batch",
+                                      {"jobs": jobs[start:start + 250]})
+        assert status == 200, body
+    deadline = time.monotonic() + 30
+    while True:
+        status, body = await api.call("GET", f"/v1/jobs/{queue}")
+        assert status == 200, body
+        if body["stats"] is None or body["stats"]["queued"] == 0:
+            return
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.05)  # polling the API; there is no event to wait on
+
+
+async def archived_ids(api: Api, query: str) -> list[str]:
+    """Every archived job id that ``GET /v1/archived-jobs?<query>`` pages through."""
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(10_000):
+        status, page = await api.call(
+            "GET", f"/v1/archived-jobs?{query}" + (f"&cursor={cursor}" if cursor else ""))
+        assert status == 200, page
+        seen += [j["id"] for j in page["jobs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return seen
+    raise AssertionError("pagination never ended")

@@ -29,7 +29,8 @@ async def test_templates_over_request_and_response(live: LiveFactory,
     status, err = await api.call("PUT", "/v1/jobs/t/c", {"data": {"shop": "s1", "order": 10}})
     assert status == 409, err
     status, err = await api.call("POST", "/v1/inbox/t", {"status": "succeeded"})
-    assert status == 422 and err["error"]["code"] == "correlation_template"
+    assert status == 422
+    assert err["error"]["code"] == "correlation_template"
 
 
 async def test_plugin_alternative(live: LiveFactory, downstream: Downstream) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.api.conftest import Downstream, LiveFactory, http_queue
+from tests.api.conftest import Downstream, LiveFactory, archived_ids, expire_many, http_queue
 
 LAUNCH_KEYS = {"id", "queue", "data", "attempt", "max_attempts", "correlation_key",
                "callback_url"}
@@ -165,27 +165,14 @@ async def test_archived_jobs_paginate_without_gaps_or_repeats(live: LiveFactory)
     api = (await live()).api
     await api.call("POST", "/v1/jobs", {"id": "arch"})
     await api.call("POST", "/v1/jobs", {"id": "other"})
-    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
-    jobs = [{"id": f"j{i:04d}", "expires_at": past} for i in range(1000)]
-    for start in range(0, 1000, 250):  # several batches: several finished_at values
-        status, _ = await api.call("POST", "/v1/jobs/arch/batch", {"jobs": jobs[start:start + 250]})
-        assert status == 200
-    await api.call("PUT", "/v1/jobs/other/o1", {"expires_at": past})
-    seen: list[str] = []
-    cursor: str | None = None
-    for _ in range(100):
-        query = "?name=arch&status=expired&limit=37" + (f"&cursor={cursor}" if cursor else "")
-        status, page = await api.call("GET", "/v1/archived-jobs" + query)
-        assert status == 200, page
-        seen += [j["id"] for j in page["jobs"]]
-        cursor = page["next_cursor"]
-        if cursor is None and len(seen) >= 1000:
-            break
-        if cursor is None:  # expiry is applied by the reconcile loop: wait for the rest
-            seen, cursor = [], None
-            await api.wait_job("arch", "j0999", "expired")
+    await expire_many(api, "arch", 1000)
+    await api.call("PUT", "/v1/jobs/other/o1", {"expires_at": "2020-01-01T00:00:00Z"})
+    await api.wait_job("other", "o1", "expired")
+    seen = await archived_ids(api, "name=arch&status=expired&limit=37")
     assert len(seen) == 1000
     assert set(seen) == {f"j{i:04d}" for i in range(1000)}
+    assert len(await archived_ids(api, "limit=1000")) == 1001
+    assert await archived_ids(api, "name=arch&status=succeeded") == []
     status, err = await api.call("GET", "/v1/archived-jobs?cursor=nonsense")
     assert status == 400
     assert err["error"]["code"] == "invalid_cursor"

@@ -1,6 +1,8 @@
-"""A real ``hipq run`` subprocess (SQLite, API on a free port) against a real
-downstream on 127.0.0.1: the README's curl examples run verbatim, then the same
-daemon serves a ``sync`` queue with a retried failure."""
+"""A real ``hipq run`` subprocess (API on a free port, SQLite and PostgreSQL)
+against a real downstream on 127.0.0.1: the README's curl examples run verbatim
+(create a queue, enqueue, batch, the downstream's callback, get, cancel, replay,
+archived listing, stats), then the same daemon serves a ``sync`` queue whose first
+try fails with a 500 and is retried, and pages through 1,000 archived jobs."""
 
 from __future__ import annotations
 
@@ -20,7 +22,17 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.api.conftest import ADMIN, SIGNING_KEY, TOKENS, Api, Downstream, http_queue
+from tests.api.conftest import (
+    ADMIN,
+    SIGNING_KEY,
+    TOKENS,
+    Api,
+    Downstream,
+    archived_ids,
+    expire_many,
+    http_queue,
+)
+from tests.api.test_flows import LAUNCH_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -46,9 +58,9 @@ def readme_commands() -> list[str]:
 
 
 @pytest.fixture
-async def hipq_run(tmp_path: Path) -> AsyncIterator[str]:
-    """A ``hipq run`` subprocess; yields its base URL."""
-    config = {"database": {"url": f"sqlite+aiosqlite:///{tmp_path}/hipq.db"},
+async def hipq_run(tmp_path: Path, db_url: str) -> AsyncIterator[str]:
+    """A ``hipq run`` subprocess (on SQLite and on PostgreSQL); yields its base URL."""
+    config = {"database": {"url": db_url},
               "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS},
               "reconcile": {"interval_seconds": 0.5}, "signing_key": SIGNING_KEY}
     (tmp_path / "hipq.yaml").write_text(yaml.safe_dump(config))
@@ -91,6 +103,7 @@ async def test_readme_curl_examples_and_sync_mode(hipq_run: str,
         for command in readme_commands():
             if "$CALLBACK_URL" in command:
                 launches = await downstream.wait_for(3)
+                assert {tuple(sorted(x)) for x in launches} == {tuple(sorted(LAUNCH_KEYS))}
                 env["CALLBACK_URL"] = next(x["callback_url"] for x in launches
                                            if x["id"] == "inv-1")
             outputs.append(json.loads(await _sh(command, env)))
@@ -124,3 +137,10 @@ async def test_readme_curl_examples_and_sync_mode(hipq_run: str,
         assert job["result"] == {"n": 5}
         assert job["attempt"] == 2
         assert calls == 2
+
+        # archived listing through the real daemon: 1,000 jobs, no gaps, no repeats
+        await api.call("POST", "/v1/jobs", {"id": "arch"})
+        await expire_many(api, "arch", 1000)
+        seen = await archived_ids(api, "name=arch&limit=97")
+        assert len(seen) == 1000
+        assert set(seen) == {f"j{i:04d}" for i in range(1000)}

@@ -3,7 +3,7 @@ valid token and a bounded number of examples per operation, no answer is a 5xx a
 every answer matches the documented status codes, content types and schemas.
 
 The API runs in a thread of its own (schemathesis calls it synchronously with
-``requests``), on SQLite, without a reconcile loop: generated queues and jobs are
+``requests``), on SQLite and on PostgreSQL, without a reconcile loop: generated queues and jobs are
 stored and read back but never launched anywhere.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import hypothesis
 import pytest
@@ -32,7 +31,7 @@ from hipq.service import Hipq
 from hipq.store import open_store
 from tests.api.conftest import ADMIN
 
-EXAMPLES = 25
+EXAMPLES = 20
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 
@@ -40,8 +39,8 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 class ApiThread:
     """The API on 127.0.0.1 (free port) in a thread with its own event loop."""
 
-    def __init__(self, db: Path) -> None:
-        self.db = db
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
         self.port = 0
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -58,8 +57,7 @@ class ApiThread:
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        store = await open_store(f"sqlite+aiosqlite:///{self.db}")
-        await store.migrate()
+        store = await open_store(self.db_url)
         config = ApiConfig(port=0, tokens=[TokenConfig(token=ADMIN, role="admin")])
         server = ApiServer(ApiDeps(service=Hipq(store), config=config, signer=Signer("k")))
         self.port = await server.start()
@@ -82,9 +80,9 @@ class ApiThread:
         self._thread.join(30)
 
 
-@pytest.fixture(scope="module")
-def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with ApiThread(tmp_path_factory.mktemp("schemathesis") / "hipq.db") as api:
+@pytest.fixture
+def api_url(db_url: str) -> Iterator[str]:
+    with ApiThread(db_url) as api:
         yield f"http://127.0.0.1:{api.port}"
 
 

@@ -55,8 +55,6 @@ def test_answers_map_to_outcomes(mode: str, status: int, expected: object) -> No
 def test_url_template_quotes_ids() -> None:
     config = HttpTargetConfig(kind="http", url="http://x/v1/{queue}/{id}")
     target = HttpTarget(config, None)
-    from hipq.jobs import Job
-    from hipq.testing import FakeClock
     now = FakeClock().now()
     job = Job(id="a:b.c", queue="q-1", run_at=now, created_at=now, updated_at=now)
     assert target.url_for(job) == "http://x/v1/q-1/a%3Ab.c"

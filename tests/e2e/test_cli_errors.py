@@ -51,7 +51,8 @@ SQLITE = "database:\n  url: sqlite+aiosqlite:///{db}\n"
          ["queues[0] (q)", "has no attribute 'Missing'"]),
         ("queues:\n  - id: q\n    retry: {strategy: fibonacci}\n",
          ["unknown retry strategy 'fibonacci'"]),
-        ("queues:\n  - id: q\n    target: {kind: python, function: 'plugins.example_targets:nope'}\n",
+        ("queues:\n  - id: q\n    target: {kind: python, "
+         "function: 'plugins.example_targets:nope'}\n",
          ["queues[0] (q)", "has no attribute 'nope'"]),
         ("queues:\n  - id: q\n    retry: {strategy: fixed, delay: 3}\n",
          ["retry strategy 'fixed': bad options"]),

@@ -50,6 +50,19 @@ async def test_a_job_times_out_at_its_deadline_and_is_retried(
     assert [(j.id, j.attempt) for j in target.launched] == [("a", 1), ("a", 2)]
 
 
+async def test_a_response_received_before_the_deadline_wins_over_the_timeout(
+        hipq: Hipq, reconciler: Reconciler, clock: FakeClock) -> None:
+    await _launch(hipq, reconciler, timeout_seconds=60)
+    clock.advance(59)
+    await respond(hipq, "a")
+
+    clock.advance(5)  # the next tick comes after the deadline
+    result = await tick(reconciler)
+
+    assert (result.timed_out, result.finished) == (0, 1)
+    assert (await job(hipq, "a")).status is JobState.SUCCEEDED
+
+
 async def test_the_job_timeout_overrides_the_queue_timeout(
         hipq: Hipq, reconciler: Reconciler, clock: FakeClock) -> None:
     await hipq.create_queue(queue(timeout_seconds=600))

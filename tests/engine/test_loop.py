@@ -135,3 +135,18 @@ async def test_each_try_is_recorded_in_the_history(
     assert [(t.attempt, t.outcome) for t in tries] == [(1, "response_failed"), (2, "succeeded")]
     assert tries[0].error is not None
     assert tries[0].error["detail"] == "boom"
+
+
+async def test_capacity_freed_at_step_0_is_reused_in_the_same_tick(
+        hipq: Hipq, reconciler: Reconciler, store: SQLStore, target: MemoryTarget) -> None:
+    await hipq.create_queue(queue(concurrency=1))
+    await enqueue(hipq, "a")
+    await tick(reconciler)
+    await enqueue(hipq, "b")
+    await respond(hipq, "a")
+
+    result = await tick(reconciler)
+
+    assert (result.finished, result.launched) == (1, 1)
+    assert target.ids() == ["a", "b"]
+    assert [j.id for j in await store.job_load_running(queue="q")] == ["b"]

@@ -165,3 +165,24 @@ async def test_an_unknown_key_waits_its_buffer_then_is_unmatched(
     clock.advance(2)
     await tick(reconciler)
     assert (await inbox_outcomes(store))[row] == "unmatched"
+
+
+async def test_a_late_response_to_a_fixed_key_without_attempt_is_not_applied_to_the_retry(
+        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock) -> None:
+    await enqueue(hipq, "a", correlation_key="order-7")
+    await tick(reconciler)
+    clock.advance(60)
+    await tick(reconciler)  # attempt 1 timed out and is re-queued
+    await hipq.report_response("order-7", ResponseRequest(result="for attempt 1"))
+    clock.advance(1)
+    await tick(reconciler)  # attempt 2 is launched after the reply arrived
+
+    result = await tick(reconciler)
+
+    assert result.responses_applied == 0
+    stored = await job(hipq, "a")
+    assert (stored.status, stored.attempt) == (JobState.RUNNING, 2)
+    tries = await history(hipq, "a")
+    assert [t.outcome for t in tries] == ["timeout", "late_response"]
+    assert tries[-1].attempt == 1
+    assert list((await inbox_outcomes(store)).values()) == ["late"]

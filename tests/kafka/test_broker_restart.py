@@ -65,7 +65,7 @@ async def _run(broker: OwnBroker, tmp_path: Path) -> None:
                               group=name("hipq"), response_topics=[responses_topic],
                               queues=[queue], api=True, delivery_timeout_seconds=1.5)
     async with (running_daemon(settings) as daemon,
-                responder(broker.bootstrap, requests_topic, responses_topic, echo) as r):
+                responder(broker.bootstrap, requests_topic, responses_topic, echo)):
         service, store = daemon.service, daemon.store
         assert service is not None
         assert store is not None
@@ -83,15 +83,7 @@ async def _run(broker: OwnBroker, tmp_path: Path) -> None:
         assert await _healthy(daemon)
 
         await broker.start()
-        try:
-            await wait_until(lambda: all_terminal(store), within=25, what="every job to end")
-        except AssertionError:
-            import sqlalchemy as sa
-            from hipq.store import schema as s
-            async with store.engine.connect() as conn:
-                rows = list(await conn.execute(sa.select(s.jobs.c.id, s.jobs.c.attempt, s.jobs.c.correlation_key)))
-            print("STUCK", rows, [(x.value["id"], x.attempt, x.partition, x.key) for row in rows for x in r.seen(row.id)], r.errors, daemon.kafka_consumer.stats)
-            raise
+        await wait_until(lambda: all_terminal(store), within=60, what="every job to end")
         assert await _healthy(daemon)
 
         attempts = []

@@ -102,7 +102,7 @@ async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
                              what="the consumer to pause after its inbox insert")
             first.send_signal(signal.SIGKILL)
             await asyncio.to_thread(first.wait, 10)
-            written = json.loads(paused.read_text())["written"]
+            written = json.loads(await asyncio.to_thread(paused.read_text))["written"]
             before = await inbox_rows(store)
             assert len(before) >= written >= 1
 
@@ -135,4 +135,4 @@ async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
 
 async def _exists(path: Path, proc: subprocess.Popen[bytes]) -> bool:
     assert proc.poll() is None, "the daemon exited early"
-    return path.exists()
+    return await asyncio.to_thread(path.exists)

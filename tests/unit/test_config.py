@@ -80,7 +80,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
 def test_quotas_need_concurrency_and_shares_at_most_one() -> None:
     with pytest.raises(ValueError, match="quotas need a concurrency"):
         QueueConfig.model_validate({"id": "q", "quotas": {"field": "region", "shares": {}}})
-    with pytest.raises(ValueError, match="add up to 1.2"):
+    with pytest.raises(ValueError, match=r"add up to 1\.2"):
         QueueConfig.model_validate({"id": "q", "concurrency": 10, "quotas": {
             "field": "region", "shares": {"a": 0.6, "b": 0.6}}})
 
