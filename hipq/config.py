@@ -164,7 +164,7 @@ class QueueConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> QueueConfig:
         if self.time_windows is not None:
-            from hipq.throttling import windows  # noqa: PLC0415 (throttling imports config)
+            from hipq.throttling import windows
 
             windows.validate([w.model_dump() for w in self.time_windows], self.timezone)
         if self.quotas is not None and self.concurrency is None:

@@ -42,11 +42,11 @@ __all__ = [
     "DEFAULT_GROUP",
     "CapacityPool",
     "GiveUp",
+    "Job",
+    "JobError",
     "OrderingKeys",
     "QuotaPlan",
     "RateBudget",
-    "Job",
-    "JobError",
     "Retry",
     "RetryContext",
     "RetryStrategy",
@@ -61,18 +61,7 @@ __all__ = [
     "next_open",
 ]
 
-# The built-in throttling parts, re-exported for plugins (imported lazily: the
-# built-in throttler itself is written against this module).
-_PARTS = {"CapacityPool", "DEFAULT_GROUP", "OrderingKeys", "QuotaPlan", "RateBudget",
-          "effective_priority", "field_value", "group_of", "is_open", "next_open"}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _PARTS:
-        import hipq.throttling
-
-        return getattr(hipq.throttling, name)
-    raise AttributeError(f"module 'hipq.plugins' has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,3 +187,13 @@ def instantiate(path: str, options: Mapping[str, Any], method: str) -> Callable[
             raise ConfigError(f"plugin {path!r} is a function and takes no options")
         return obj
     raise ConfigError(f"plugin {path!r} has no {method}() method and is not a function")
+
+
+# The built-in throttling parts, re-exported for plugins. Imported last: the
+# built-in throttler is itself written against the names above.
+from hipq.throttling.aging import effective_priority  # noqa: E402
+from hipq.throttling.capacity import CapacityPool  # noqa: E402
+from hipq.throttling.keys import OrderingKeys  # noqa: E402
+from hipq.throttling.quotas import DEFAULT_GROUP, QuotaPlan, field_value, group_of  # noqa: E402
+from hipq.throttling.rate import RateBudget  # noqa: E402
+from hipq.throttling.windows import is_open, next_open  # noqa: E402

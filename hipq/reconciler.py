@@ -414,7 +414,8 @@ class Reconciler:
                             wide: int = 0) -> list[list[Job]]:
         """One bounded fetch per quota group that has room (all groups may borrow
         when the queue lends unused quota)."""
-        assert config.quotas is not None and config.concurrency is not None
+        assert config.quotas is not None
+        assert config.concurrency is not None
         plan = QuotaPlan.of(config.quotas.model_dump(), config.concurrency,
                             [j for j in running if not j.critical])
         listed = sorted(config.quotas.shares)

@@ -608,11 +608,12 @@ class SQLStore:
         if not changes:
             return
         t = s.jobs
-        base = dict(status=JobState.QUEUED.value, run_at=sa.bindparam("b_run_at"),
-                    error=sa.bindparam("b_error", type_=s.JSON), updated_at=now, owner=None,
-                    deadline=None, launch_confirmed=False,
-                    correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
-                                             t.c.correlation_key), else_=sa.null()))
+        base: dict[str, Any] = {
+            "status": JobState.QUEUED.value, "run_at": sa.bindparam("b_run_at"),
+            "error": sa.bindparam("b_error", type_=s.JSON), "updated_at": now, "owner": None,
+            "deadline": None, "launch_confirmed": False,
+            "correlation_key": sa.case((t.c.correlation_fixed == sa.true(), t.c.correlation_key),
+                                       else_=sa.null())}
         where = (t.c.queue == sa.bindparam("b_queue"), t.c.id == sa.bindparam("b_id"),
                  t.c.status == s.RUNNING, t.c.owner == owner)
         with_data = [c for c in changes if c.data is not None]

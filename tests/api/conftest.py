@@ -42,7 +42,8 @@ class Downstream:
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.received.append(body)
-        self.headers.append(dict(request.headers))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.headers.append({**request.headers, "X-Peer-Port": str(peer[1] if peer else "")})
         self.arrived.set()
         status, answer = (202, {"ok": True}) if self.reply is None else await self.reply(body)
         if isinstance(answer, str):
