@@ -92,7 +92,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         code = _HTTP_CODES.get(exc.status, "http_error")
-        return error_response(exc.status, code, exc.reason)
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return error_response(exc.status, code, exc.reason, headers=allow)
     except (OverflowError, RecursionError) as exc:
         return error_response(422, "invalid_request", f"a value is out of range: {exc}")
     except Exception:
