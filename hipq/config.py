@@ -208,6 +208,8 @@ class ReconcileConfig(_Strict):
     fetch_limit: int = Field(default=1000, ge=1, le=10000)
     launch_concurrency: int = Field(default=100, ge=1)
     debounce_seconds: float = Field(default=0.02, ge=0)
+    # False: no early wake-ups (work arriving waits for the next interval tick)
+    early_wake: bool = True
 
 
 class ResponsesConfig(_Strict):

@@ -158,7 +158,10 @@ class Daemon:
             await asyncio.shield(self.tick())
 
     def wake(self) -> None:
-        """Run a tick soon (debounced); safe to call often and from callbacks."""
+        """Run a tick soon (debounced); safe to call often and from callbacks.
+        A no-op with ``reconcile.early_wake: false`` (ticks only at the interval)."""
+        if not self.settings.reconcile.early_wake:
+            return
         if self._tick_lock.locked():
             self._again = True
             return

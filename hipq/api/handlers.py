@@ -112,10 +112,10 @@ async def enqueue(request: web.Request) -> web.Response:
     queue = _queue_id(request)
     job_id = request.match_info["id"]
     body = await read_body(request, EnqueueRequest, empty={})
-    outcome = await _service(request).enqueue(queue, None if job_id == RANDOM_ID else job_id,
-                                              body)
-    assert outcome.job is not None
-    return reply(job_out(outcome.job), 201 if outcome.status is InsertStatus.CREATED else 200)
+    service = _service(request)
+    outcome = await service.enqueue(queue, None if job_id == RANDOM_ID else job_id, body)
+    job = outcome.job or (await service.get_job(queue, outcome.id))[0]
+    return reply(job_out(job), 201 if outcome.status is InsertStatus.CREATED else 200)
 
 
 def _batch_item(raw: Any) -> tuple[str, EnqueueRequest | str]:

@@ -19,6 +19,7 @@ def test_example_config_processes_a_job_end_to_end(tmp_path: Path) -> None:
     shutil.copy(ROOT / "config.example.yaml", tmp_path / "config.example.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}
     env["PYTHONPATH"] = str(ROOT)
+    env["HIPQ_PORT"] = "0"  # any free port: 8080 may be taken on this machine
 
     def hipq(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "hipq", "-c", "config.example.yaml", *args],
