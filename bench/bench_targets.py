@@ -11,7 +11,7 @@ from hipq.targets import ACCEPTED, Accepted
 
 async def done(job: Any) -> None:
     """Succeeds at once (async: no worker thread)."""
-    return None
+    return
 
 
 async def accepted(job: Any) -> Accepted:

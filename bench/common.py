@@ -96,6 +96,7 @@ class RssSampler:
 
     pid: int
     samples: list[tuple[float, float]] = field(default_factory=list)
+    cpu_s: float = 0.0  # user + system CPU seconds of the process, at the last sample
     _task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -106,6 +107,8 @@ class RssSampler:
         with contextlib.suppress(psutil.Error):
             while True:
                 self.samples.append((time.time(), proc.memory_info().rss / 2**20))
+                cpu = proc.cpu_times()
+                self.cpu_s = cpu.user + cpu.system
                 await asyncio.sleep(RSS_SAMPLE_SECONDS)
 
     async def stop(self) -> None:
@@ -202,7 +205,7 @@ async def _wait_healthy(base: str, proc: asyncio.subprocess.Process, log_path: P
         while time.monotonic() < deadline:
             if proc.returncode is not None:
                 raise SystemExit(f"hipq run exited with {proc.returncode}; see {log_path}:\n"
-                                 + log_path.read_text()[-3000:])
+                                 + tail(log_path))
             with contextlib.suppress(aiohttp.ClientError, OSError):
                 async with session.get(f"{base}/healthz") as answer:
                     if answer.status == 200:
@@ -278,3 +281,7 @@ def machine() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
             "cpu": model, "platform": platform.platform(),
             "python": platform.python_version()}
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    return path.read_text(errors="replace")[-chars:]

@@ -19,8 +19,8 @@ import asyncpg
 from common import (
     downstream,
     drop_database,
-    fresh_database,
     free_port,
+    fresh_database,
     hipq_config,
     hipq_daemon,
     loadavg,
@@ -86,8 +86,8 @@ async def enqueue_singles(session: aiohttp.ClientSession, base: str, queue: str,
 
 
 async def wait_archived(conn: asyncpg.Connection, queue: str, jobs: int,
-                        timeout: float) -> int:
-    deadline = time.monotonic() + timeout
+                        within: float) -> int:
+    deadline = time.monotonic() + within
     archived = 0
     while time.monotonic() < deadline:
         archived = int(await conn.fetchval(
@@ -108,7 +108,7 @@ def target_config(target: str, url: str | None) -> dict[str, Any]:
 
 
 async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs: int,
-                    batch_size: int, in_flight: int, timeout: float, name: str,
+                    batch_size: int, in_flight: int, within: float, name: str,
                     py_spy: bool = False) -> dict[str, Any]:
     """Enqueue ``jobs`` over the API (``mode`` batch|single) into a running daemon
     whose queue launches through ``target`` (python|sync); time until all archived."""
@@ -134,23 +134,30 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
                         created = await enqueue_singles(session, daemon.base_url, queue, jobs,
                                                         name, in_flight)
                     t_enqueued = time.time()
-                archived = await wait_archived(conn, queue, jobs, timeout)
+                archived = await wait_archived(conn, queue, jobs, within)
                 row = await conn.fetchrow(
                     "SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, "
-                    "extract(epoch FROM max(finished_at))::float8 AS last "
+                    "extract(epoch FROM max(finished_at))::float8 AS last, "
+                    "extract(epoch FROM min(finished_at))::float8 AS first "
                     "FROM archived_jobs WHERE queue = $1", queue)
             finally:
                 await conn.close()
-            peak = daemon.rss.peak_mb
+            peak, cpu_s = daemon.rss.peak_mb, daemon.rss.cpu_s
     await drop_database(server, db)
     last = row["last"] or time.time()
+    first = row["first"] or last
     out = {
         "target": target, "enqueue": mode, "jobs": jobs, "created": created,
         "archived": archived, "succeeded": int(row["ok"]), "complete": archived >= jobs,
         "enqueue_s": round(t_enqueued - t0, 3), "all_archived_s": round(last - t0, 3),
         "enqueue_jobs_per_s": round(created / (t_enqueued - t0), 1),
         "completed_jobs_per_s": round(archived / (last - t0), 1),
-        "peak_rss_mb": round(peak, 1), "loadavg_before": load_before, "loadavg_after": loadavg(),
+        # diagnostics: when the first job was archived, and the rate from then on
+        "first_archived_s": round(first - t0, 3),
+        "archiving_jobs_per_s": round((archived - 1) / (last - first), 1) if last > first else None,
+        "peak_rss_mb": round(peak, 1), "daemon_cpu_s": round(cpu_s, 1),
+        "daemon_cpu_ms_per_job": round(cpu_s * 1000 / max(archived, 1), 3),
+        "loadavg_before": load_before, "loadavg_after": loadavg(),
         **({"batch_size": batch_size} if mode == "batch" else {}), "client_in_flight": in_flight,
     }
     log(f"  {name}: enqueue {out['enqueue_jobs_per_s']:,.0f} jobs/s, completed "
@@ -183,7 +190,7 @@ async def enqueue_only(server: str, workdir: Path, *, jobs: int, batch_size: int
 
 
 async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
-                  seconds: float, warmup: float, timeout: float) -> dict[str, Any]:
+                  seconds: float, warmup: float, within: float) -> dict[str, Any]:
     """PUT one job every 1/rate s (open loop) into a queue with a callback-mode HTTP
     target; the downstream accepts (202) then calls back at once. enqueue->launch:
     just before the PUT -> the launch reaches the downstream. response->archived:
@@ -195,6 +202,7 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
     total = round(rate * (warmup + seconds))
     skip = round(rate * warmup)
     sent: dict[str, float] = {}
+    answered: dict[str, float] = {}
     load_before = loadavg()
     async with downstream("callback", record=True) as down:
         config = hipq_config(url, free_port(), [{
@@ -202,10 +210,11 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
             reconcile={"early_wake": early_wake})
         async with hipq_daemon(config, workdir, name) as daemon, aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=200)) as session:
-            lag = await _offer(session, f"{daemon.base_url}/v1/jobs/{queue}", total, rate, sent)
+            lag = await _offer(session, f"{daemon.base_url}/v1/jobs/{queue}", total, rate, sent,
+                               answered)
             conn = await asyncpg.connect(url)
             try:
-                archived = await wait_archived(conn, queue, total, timeout)
+                archived = await wait_archived(conn, queue, total, within)
                 rows = await conn.fetch(
                     "SELECT id, extract(epoch FROM created_at)::float8 AS created, "
                     "extract(epoch FROM launched_at)::float8 AS launched, "
@@ -215,9 +224,12 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
                 await conn.close()
             async with session.get(f"{down}/_dump") as answer:
                 seen: dict[str, dict[str, float]] = await answer.json()
-            peak = daemon.rss.peak_mb
+            peak, cpu_s = daemon.rss.peak_mb, daemon.rss.cpu_s
     await drop_database(server, db)
     measured = {f"j{i}" for i in range(skip, total)}
+    put_ms = [(answered[j] - sent[j]) * 1000 for j in measured]
+    accepted_rate = len(measured) / (max(answered[j] for j in measured)
+                                     - min(sent[j] for j in measured))
     enq_launch, resp_archived, db_enq_launch = [], [], []
     for row in rows:
         job, times = row["id"], seen.get(row["id"], {})
@@ -230,10 +242,14 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
         "early_wake": early_wake, "offered_jobs_per_s": rate, "seconds": seconds,
         "warmup_seconds": warmup, "jobs": total, "measured": len(measured),
         "archived": archived, "max_send_lag_ms": round(lag * 1000, 1),
+        "enqueue_answered_jobs_per_s": round(accepted_rate, 1),
+        # the daemon kept up when the PUTs were answered about as fast as they were sent
+        "kept_up": accepted_rate >= 0.95 * rate, "enqueue_put_ms": pcts(put_ms),
         "enqueue_to_launch_ms": pcts(enq_launch),
         "response_to_archived_ms": pcts(resp_archived),
         "db_created_to_launched_at_ms": pcts(db_enq_launch),
-        "peak_rss_mb": round(peak, 1), "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "peak_rss_mb": round(peak, 1), "daemon_cpu_s": round(cpu_s, 1),
+        "loadavg_before": load_before, "loadavg_after": loadavg(),
     }
     log(f"  {name}: enqueue->launch p50/p99 {out['enqueue_to_launch_ms']['p50']}/"
         f"{out['enqueue_to_launch_ms']['p99']} ms, response->archived p50/p99 "
@@ -242,7 +258,7 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
 
 
 async def _offer(session: aiohttp.ClientSession, base: str, total: int, rate: float,
-                 sent: dict[str, float]) -> float:
+                 sent: dict[str, float], answered: dict[str, float]) -> float:
     """Open-loop sender: job i is sent at start + i/rate whatever the answers do.
     Returns the largest delay of a send behind its schedule (client saturation)."""
     tasks: list[asyncio.Task[None]] = []
@@ -254,6 +270,7 @@ async def _offer(session: aiohttp.ClientSession, base: str, total: int, rate: fl
         sent[job] = time.time()
         async with session.put(f"{base}/{job}", json={"data": {}}) as answer:
             await answer.read()
+            answered[job] = time.time()
             if answer.status != 201:
                 errors.append(answer.status)
 
@@ -274,7 +291,7 @@ async def _offer(session: aiohttp.ClientSession, base: str, total: int, rate: fl
 
 
 async def memory(server: str, workdir: Path, *, queued: int, running: int,
-                 timeout: float) -> dict[str, Any]:
+                 within: float) -> dict[str, Any]:
     """Peak RSS of ``hipq run`` with ``queued`` jobs waiting and ``running`` jobs launched
     to a downstream that accepts (202) and never calls back. The jobs are bulk-loaded
     with SQL (the loader of bench/tick_scaling.py) into a paused queue of concurrency
@@ -307,18 +324,19 @@ async def memory(server: str, workdir: Path, *, queued: int, running: int,
                         f"{daemon.base_url}/v1/jobs/{queue}/resume") as answer:
                     answer.raise_for_status()
                 resumed = time.monotonic()
-                counts = await _wait_running(conn, queue, running, timeout)
+                counts = await _wait_running(conn, queue, running, within)
                 reached_s = time.monotonic() - resumed
                 await asyncio.sleep(6)
                 counts = await _job_counts(conn, queue)
-                peak, last = daemon.rss.peak_mb, daemon.rss.last_mb
+                peak, last, cpu_s = daemon.rss.peak_mb, daemon.rss.last_mb, daemon.rss.cpu_s
     finally:
         await conn.close()
         await drop_database(server, db)
     out = {"queued_target": queued, "running_target": running, **counts,
            "load_s": round(load_s, 1), "seconds_to_running": round(reached_s, 1),
            "rss_idle_paused_mb": round(idle, 1), "peak_rss_mb": round(peak, 1),
-           "rss_end_mb": round(last, 1), "loadavg_before": load_before,
+           "rss_end_mb": round(last, 1), "daemon_cpu_s": round(cpu_s, 1),
+           "loadavg_before": load_before,
            "loadavg_after": loadavg()}
     log(f"  memory: peak RSS {peak:.1f} MB ({counts['running']:,} running, "
         f"{counts['queued']:,} queued; paused idle {idle:.1f} MB)")
@@ -335,8 +353,8 @@ async def _job_counts(conn: asyncpg.Connection, queue: str) -> dict[str, int]:
 
 
 async def _wait_running(conn: asyncpg.Connection, queue: str, running: int,
-                        timeout: float) -> dict[str, int]:
-    deadline = time.monotonic() + timeout
+                        within: float) -> dict[str, int]:
+    deadline = time.monotonic() + within
     counts = await _job_counts(conn, queue)
     while counts["confirmed"] < running and time.monotonic() < deadline:
         await asyncio.sleep(0.25)

@@ -532,8 +532,9 @@ class Reconciler:
             rate_groups = None
             if config.rate_limit is not None:
                 budget = RateBudget.of(config.rate_limit.model_dump(), {}, now)
+                chosen_ids = set(ids)  # critical jobs are not rate limited, nor counted
                 rate_groups = {j.id: budget.group(j) for j in self._candidates.get(queue_id, ())
-                               if j.id in set(ids)}
+                               if j.id in chosen_ids and not j.critical}
             jobs = await self.store.job_mark_running_many(
                 queue=queue_id, ids=ids, now=now, owner=self.owner,
                 heartbeat_seconds=config.heartbeat_timeout_seconds, rate_groups=rate_groups)

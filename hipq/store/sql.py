@@ -426,10 +426,10 @@ class SQLStore:
                 .returning(*t.columns))
         async with self._tx() as conn:
             rows = (await conn.execute(stmt)).all()
-            if rate_groups is not None and rows:  # the launches count against rate limits
-                await conn.execute(s.launch_events.insert(), [
-                    {"queue": queue, "group_key": rate_groups.get(r.id, ""), "launched_at": now}
-                    for r in rows])
+            events = [{"queue": queue, "group_key": rate_groups[r.id], "launched_at": now}
+                      for r in rows if rate_groups is not None and r.id in rate_groups]
+            if events:  # these launches count against the queue's rate limit
+                await conn.execute(s.launch_events.insert(), events)
         by_id = {row.id: _job(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
 

@@ -7,7 +7,6 @@ import pytest
 
 from hipq.store import SQLStore
 from hipq.testing import FakeClock
-
 from tests.throttling._helpers import Harness
 
 

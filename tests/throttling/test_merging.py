@@ -9,7 +9,6 @@ import pytest
 from hipq.errors import ConflictError
 from hipq.schemas import EnqueueRequest
 from hipq.store import InsertStatus
-
 from tests.throttling._helpers import Harness
 
 
@@ -42,7 +41,8 @@ async def test_merge_is_idempotent_per_job_id(h: Harness) -> None:
     await h.enqueue("b", ordering_key="k", data={"n": 2})
     again = await h.enqueue("b", ordering_key="k", data={"n": 2})
     assert again.status is InsertStatus.EXISTS
-    assert again.job is not None and again.job.id == "a"
+    assert again.job is not None
+    assert again.job.id == "a"
     host_again = await h.enqueue("a", ordering_key="k", data={"n": 1})
     assert host_again.status is InsertStatus.EXISTS
     with pytest.raises(ConflictError):
@@ -59,7 +59,8 @@ async def test_a_running_job_is_never_merged_into(h: Harness) -> None:
     assert [j.id for j in await h.running()] == ["a"]
     second = await h.enqueue("b", ordering_key="k", data={"n": 2})
     assert second.status is InsertStatus.CREATED
-    assert second.job is not None and second.job.id == "b"  # a new job
+    assert second.job is not None
+    assert second.job.id == "b"
     await h.enqueue("c", ordering_key="k", data={"n": 3})  # merges into b, not a
     assert (await h.job("a")).data == {"payloads": [{"n": 1}]}
     assert (await h.job("b")).data == {"payloads": [{"n": 2}, {"n": 3}]}

@@ -92,7 +92,8 @@ async def test_strict_mode_holds_the_key_during_a_retry(h: Harness) -> None:
     await h.respond((await h.running())[0], status="failed")
     await _settle(h)  # a1 fails and waits 60 s for its retry
     a1 = await h.job("a1")
-    assert a1.status == "queued" and a1.attempt == 1
+    assert a1.status == "queued"
+    assert a1.attempt == 1
     for _ in range(5):
         h.clock.advance(10)
         await h.tick()

@@ -11,7 +11,6 @@ import pytest
 
 from hipq.errors import ValidationError
 from hipq.schemas import EnqueueRequest
-
 from tests.throttling._helpers import Harness
 
 PER_SERVER = {"plugin": "plugins.per_server:PerServer", "options": {"limit": 2}}
@@ -59,7 +58,8 @@ async def test_ordering_keys_and_windows_still_hold(h: Harness) -> None:
     await h.tick()
     assert h.launched_ids() == ["k1"]  # k2 is rescheduled, not launched outside
     k2 = await h.job("k2")
-    assert k2.status == "queued" and k2.run_at == datetime(2026, 1, 6, 10, tzinfo=UTC)
+    assert k2.status == "queued"
+    assert k2.run_at == datetime(2026, 1, 6, 10, tzinfo=UTC)
     h.clock.set(datetime(2026, 1, 5, 12, tzinfo=UTC))
     assert [j.id for j in await h.tick()] == ["own"]
 

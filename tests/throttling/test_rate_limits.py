@@ -4,7 +4,6 @@ per queue or per group (``by``), held in the database so a restart keeps them.""
 from __future__ import annotations
 
 from hipq.schemas import EnqueueRequest
-
 from tests.throttling._helpers import Harness
 
 

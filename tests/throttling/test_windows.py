@@ -11,7 +11,6 @@ import pytest
 from hipq.config import QueueConfig, parse_settings
 from hipq.errors import ConfigError, ValidationError
 from hipq.throttling import is_open, next_open
-
 from tests.throttling._helpers import MEMORY_TARGET, Harness, window_open
 
 
@@ -114,17 +113,22 @@ async def test_enqueue_without_run_after_goes_to_the_first_open_time(h: Harness)
     await h.create(time_windows=[{"start": "05:00", "end": "07:00"},
                                  {"start": "20:00", "end": "21:00"}])
     outcome = await h.enqueue("a")
-    assert outcome.job is not None and outcome.job.run_at == utc(2026, 1, 5, 20)
+    assert outcome.job is not None
+    assert outcome.job.run_at == utc(2026, 1, 5, 20)
     inside = await h.enqueue("b", run_after=utc(2026, 1, 6, 6, 30))
-    assert inside.job is not None and inside.job.run_at == utc(2026, 1, 6, 6, 30)
+    assert inside.job is not None
+    assert inside.job.run_at == utc(2026, 1, 6, 6, 30)
     outside = await h.enqueue("c", run_after=utc(2026, 1, 6, 7))
-    assert outside.job is not None and outside.job.run_at == utc(2026, 1, 6, 20)
+    assert outside.job is not None
+    assert outside.job.run_at == utc(2026, 1, 6, 20)
     # a job's own windows and timezone override the queue's
     own = await h.enqueue("d", time_windows=[{"start": "09:00", "end": "10:00"}],
                           timezone=NEW_YORK)
-    assert own.job is not None and own.job.run_at == utc(2026, 1, 5, 14)  # 09:00 EST
+    assert own.job is not None
+    assert own.job.run_at == utc(2026, 1, 5, 14)
     now_open = await h.enqueue("e", time_windows=[{"start": "11:00", "end": "13:00"}])
-    assert now_open.job is not None and now_open.job.run_at == utc(2026, 1, 5, 12)
+    assert now_open.job is not None
+    assert now_open.job.run_at == utc(2026, 1, 5, 12)
 
 
 async def test_never_open_window_is_rejected_at_enqueue(h: Harness) -> None:
@@ -150,7 +154,8 @@ async def test_launch_on_a_dst_day(h: Harness, zone: str, start: datetime,
     h.clock.set(start)
     await h.create(timezone=zone, time_windows=[{"start": "06:00", "end": "07:00"}])
     outcome = await h.enqueue("a")
-    assert outcome.job is not None and outcome.job.run_at == opening
+    assert outcome.job is not None
+    assert outcome.job.run_at == opening
     h.clock.set(opening - timedelta(seconds=1))
     assert await h.tick() == []
     h.clock.set(opening)
@@ -167,7 +172,8 @@ async def test_job_fetched_after_its_window_closed_is_rescheduled(h: Harness) ->
     await h.finish_running()
     assert await h.tick() == []  # b's window closed: rescheduled, not launched
     b = await h.job("b")
-    assert b.status == "queued" and b.run_at == utc(2026, 1, 6, 10)
+    assert b.status == "queued"
+    assert b.run_at == utc(2026, 1, 6, 10)
     assert b.key_order_at == utc(2026, 1, 5, 10, 30)  # its place in its key is kept
     h.clock.set(utc(2026, 1, 6, 9, 59))
     assert await h.tick() == []
@@ -180,8 +186,10 @@ async def test_midnight_window_through_the_loop(h: Harness) -> None:
     h.clock.set(utc(2026, 1, 5, 12))
     await h.create(time_windows=[{"start": "23:30", "end": "00:30"}])
     outcome = await h.enqueue("a")
-    assert outcome.job is not None and outcome.job.run_at == utc(2026, 1, 5, 23, 30)
+    assert outcome.job is not None
+    assert outcome.job.run_at == utc(2026, 1, 5, 23, 30)
     h.clock.set(utc(2026, 1, 6, 0, 10))  # after midnight, still inside
     late = await h.enqueue("b")
-    assert late.job is not None and late.job.run_at == utc(2026, 1, 6, 0, 10)
+    assert late.job is not None
+    assert late.job.run_at == utc(2026, 1, 6, 0, 10)
     assert sorted(j.id for j in await h.tick()) == ["a", "b"]
