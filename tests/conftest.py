@@ -17,10 +17,17 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import asyncpg
+import hypothesis
 import pytest
 
 from hipq.store import SQLStore, open_store
 from hipq.testing import FakeClock
+
+# CI replays the same examples on every run (a red CI is then a real regression,
+# reproducible locally with HYPOTHESIS_PROFILE=ci); developers get fresh ones.
+hypothesis.settings.register_profile("ci", derandomize=True, print_blob=True)
+hypothesis.settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 TEMPLATE_DB = "hipq_template"
