@@ -34,7 +34,6 @@ anything launches; the next tick starts from the database again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,8 +43,9 @@ from typing import Any
 
 from hipq.clock import Clock
 from hipq.config import QueueConfig, ReconcileConfig, ResponsesConfig
-from hipq.errors import HipqError, LaunchError
+from hipq.errors import HipqError
 from hipq.jobs import ErrorKind, Job, JobError, JobState, Ordering
+from hipq.launcher import Launcher
 from hipq.plugins import GiveUp, RetryContext, ThrottleContext, Throttler, ThrottleResult
 from hipq.retry import RetryFn, build_retry, decide
 from hipq.store import (
@@ -54,10 +54,9 @@ from hipq.store import (
     InboxOutcome,
     InboxRow,
     QueueRecord,
-    Response,
     SQLStore,
 )
-from hipq.targets import Accepted, Completed, LaunchOutcome, Target, build_target
+from hipq.targets import Target, build_target
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
 from hipq.throttling import DEFAULT_GROUP, QuotaPlan, RateBudget, build_throttler
@@ -129,13 +128,6 @@ class _QueueRuntime:
     target: Target | None
 
 
-@dataclass(slots=True)
-class _LaunchResult:
-    job: Job
-    outcome: LaunchOutcome | None  # None: the launch raised
-    error: JobError | None = None
-
-
 class Reconciler:
     def __init__(self, store: SQLStore, *, clock: Clock, owner: str,
                  config: ReconcileConfig | None = None,
@@ -156,10 +148,8 @@ class Reconciler:
         self.batch: dict[tuple[str, str], Entry] = {}
         self.held: set[str] = set()
         self._runtimes: dict[str, _QueueRuntime] = {}
-        self._inflight: set[asyncio.Task[None]] = set()
-        self._results: list[_LaunchResult] = []
-        self._flush_lock = asyncio.Lock()
-        self._launch_slots = asyncio.Semaphore(self.config.launch_concurrency)
+        self.launcher = Launcher(store, clock=clock, owner=owner,
+                                 concurrency=self.config.launch_concurrency, on_wake=on_wake)
         self._sweep_after = 0
         self._stopping = False
         self._candidates: dict[str, list[Job]] = {}
@@ -547,57 +537,15 @@ class Reconciler:
         for job in jobs:
             runtime = self._runtimes[job.queue]
             assert runtime.target is not None
-            task = asyncio.create_task(self._launch_one(runtime.target, job))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-
-    async def _launch_one(self, target: Target, job: Job) -> None:
-        async with self._launch_slots:
-            try:
-                outcome: LaunchOutcome | None = await target.launch(job.snapshot())
-                error = None
-            except LaunchError as exc:
-                outcome, error = None, JobError(kind=exc.kind, detail=str(exc),
-                                                retryable=exc.retryable)
-            except Exception as exc:
-                outcome, error = None, JobError(kind=ErrorKind.TRANSPORT, detail=repr(exc)[:1000])
-        self._results.append(_LaunchResult(job=job, outcome=outcome, error=error))
-        if len(self._results) == 1:
-            asyncio.get_running_loop().call_soon(self._schedule_flush)
-
-    def _schedule_flush(self) -> None:
-        task = asyncio.create_task(self.flush_launches())
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+            self.launcher.launch(runtime.target, job)
 
     async def flush_launches(self) -> None:
-        """Record finished launches: confirmations and immediate outcomes, one
-        transaction. Failed launches go to the inbox as failed responses."""
-        async with self._flush_lock:
-            results, self._results = self._results, []
-            if not results:
-                return
-            confirm = [(r.job.queue, r.job.id, r.job.attempt) for r in results
-                       if r.outcome is not None]
-            responses = [_launch_response(r) for r in results]
-            try:
-                await self.store.launch_results_record(
-                    confirm=confirm, responses=[x for x in responses if x is not None],
-                    owner=self.owner, now=self.clock.now())
-            except HipqError:
-                log.exception("could not record %d launch results; will retry", len(results))
-                self._results[:0] = results
-                await self.clock.sleep(0.5)
-                self._schedule_flush()
-                return
-        if self.on_wake is not None:
-            self.on_wake()
+        """Record the launches that finished so far (see :class:`Launcher`)."""
+        await self.launcher.flush()
 
     async def drain(self) -> None:
         """Wait until every launch of earlier ticks has finished and been recorded."""
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        await self.flush_launches()
+        await self.launcher.drain()
 
     def stop(self) -> None:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""
@@ -626,23 +574,3 @@ def _outcome_from_row(row: InboxRow) -> Outcome:
                      data=row.error if not isinstance(row.error, str) else None)
     return Outcome(status=JobState.FAILED.value, result=row.result, error=error,
                    response={"source": row.source})
-
-
-def _launch_response(result: _LaunchResult) -> Response | None:
-    job = result.job
-    key = job.correlation_key or ""
-    if result.outcome is None:
-        error = result.error or JobError(kind=ErrorKind.TRANSPORT)
-        return Response(correlation_key=key, attempt=job.attempt, status="failed",
-                        retryable=error.retryable, source="launch",
-                        error={"kind": error.kind, "detail": error.detail})
-    if isinstance(result.outcome, Accepted):
-        return None
-    done: Completed = result.outcome
-    if done.status == "succeeded":
-        return Response(correlation_key=key, attempt=job.attempt, status="succeeded",
-                        result=done.result, source="target")
-    error_body = done.error if isinstance(done.error, dict) else {"detail": str(done.error or "")}
-    return Response(correlation_key=key, attempt=job.attempt, status="failed",
-                    retryable=done.retryable, result=done.result, source="target",
-                    error={"kind": done.kind, **error_body})
