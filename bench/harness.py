@@ -25,10 +25,10 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +69,15 @@ async def run_lifecycle(server: str, workdir: Path, args: argparse.Namespace,
                                   in_flight=args.batch_in_flight, name=f"enqueue_only_{rep}")
             for rep in range(args.repeat)]
     out["batch_enqueue_paused"] = median_run(runs, key="enqueue_jobs_per_s")
+    for name, run in out.items():
+        if not run.get("complete", True):
+            notes.append(f"lifecycle {name}: only {run['archived']:,} of {run['jobs']:,} jobs "
+                         f"archived within --wait-seconds {args.wait_seconds:g}; the rate "
+                         "counts the archived ones over the whole wait")
+        if (run.get("first_archived_s") or 0) > 10:
+            notes.append(f"lifecycle {name}: the first job was archived only after "
+                         f"{run['first_archived_s']:.0f} s (then {run['archiving_jobs_per_s']:,.0f}"
+                         f"/s); see the daemon log in {args.logs}")
     if args.repeat > 1:
         notes.append(f"batch lifecycle and paused-queue enqueue: median of {args.repeat} runs; "
                      "single-enqueue lifecycle: one run")
@@ -168,10 +177,10 @@ async def run_peer(server: str, args: argparse.Namespace, notes: list[str]) -> d
 
 async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     details: dict[str, Any] = {}
-    with postgres(args.database_url) as server, tempfile.TemporaryDirectory(
-            prefix="hipq-bench-") as tmp:
-        workdir = Path(args.keep_logs) if args.keep_logs else Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
+    workdir = args.logs
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    with postgres(args.database_url) as server:
         details["postgres"] = await server_version(server)
         for phase in PHASES:
             if phase not in args.only:
@@ -338,7 +347,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="runs of each batch lifecycle and paused enqueue (median reported)")
     p.add_argument("--sync-single", action="store_true",
                    help="also enqueue with single PUTs for the HTTP sync target")
-    p.add_argument("--wait-seconds", type=float, default=180,
+    p.add_argument("--wait-seconds", type=float, default=90,
                    help="how long a lifecycle run may take to archive everything")
     p.add_argument("--latency-rates", type=ints, default=[200],
                    help="offered jobs/s, comma-separated (default 200; e.g. 200,50 adds a "
@@ -357,8 +366,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="cap on each peer worker run (the rate is then over that window)")
     p.add_argument("--py-spy", action="store_true",
                    help="record the first python-target batch lifecycle daemon with py-spy "
-                        "(needs py-spy; see --keep-logs for the output)")
-    p.add_argument("--keep-logs", default=None, help="keep daemon logs and configs here")
+                        "(needs py-spy; raw stacks go to --logs)")
+    p.add_argument("--logs", type=Path, default=BENCH / ".logs",
+                   help="daemon logs and configs (emptied first; default bench/.logs)")
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
     args = p.parse_args(argv)
     args.only = [x for x in args.only.split(",") if x]

@@ -104,7 +104,7 @@ async def test_kafka_round_trip_edge_cases(kafka_bootstrap: str, tmp_path: Path)
     await create_topics(kafka_bootstrap, requests_topic, responses_topic)
     settings = kafka_settings(f"sqlite+aiosqlite:///{tmp_path}/hipq.db", kafka_bootstrap,
                               group=name("hipq"), response_topics=[responses_topic],
-                              queues=queues(requests_topic), buffer_seconds=3.0)
+                              queues=queues(requests_topic), buffer_seconds=10.0)
     with captured("hipq.responses.kafka") as logs:
         async with (running_daemon(settings) as daemon,
                     responder(kafka_bootstrap, requests_topic, responses_topic,
@@ -145,7 +145,7 @@ async def test_kafka_round_trip_edge_cases(kafka_bootstrap: str, tmp_path: Path)
 
             await wait_until(lambda: all_terminal(store), within=30,
                              what="every job to end")
-            await wait_until(lambda: _counts_reach(service, unmatched=2, late=1), within=15,
+            await wait_until(lambda: _counts_reach(service, unmatched=2, late=1), within=40,
                              what="ghost responses unmatched and the late one recorded")
 
             for job_id, (status, attempts) in EXPECTED.items():
