@@ -145,7 +145,7 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
             peak, cpu_s = daemon.rss.peak_mb, daemon.rss.cpu_s
     await drop_database(server, db)
     last = row["last"] or time.time()
-    first = row["first"] or last
+    first = row["first"]
     out = {
         "target": target, "enqueue": mode, "jobs": jobs, "created": created,
         "archived": archived, "succeeded": int(row["ok"]), "complete": archived >= jobs,
@@ -153,8 +153,9 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
         "enqueue_jobs_per_s": round(created / (t_enqueued - t0), 1),
         "completed_jobs_per_s": round(archived / (last - t0), 1),
         # diagnostics: when the first job was archived, and the rate from then on
-        "first_archived_s": round(first - t0, 3),
-        "archiving_jobs_per_s": round((archived - 1) / (last - first), 1) if last > first else None,
+        "first_archived_s": None if first is None else round(first - t0, 3),
+        "archiving_jobs_per_s": (round((archived - 1) / (last - first), 1)
+                                 if first is not None and last > first else None),
         "peak_rss_mb": round(peak, 1), "daemon_cpu_s": round(cpu_s, 1),
         "daemon_cpu_ms_per_job": round(cpu_s * 1000 / max(archived, 1), 3),
         "loadavg_before": load_before, "loadavg_after": loadavg(),
@@ -184,6 +185,43 @@ async def enqueue_only(server: str, workdir: Path, *, jobs: int, batch_size: int
     return {"jobs": jobs, "created": created, "enqueue_s": round(elapsed, 3),
             "enqueue_jobs_per_s": round(created / elapsed, 1), "batch_size": batch_size,
             "client_in_flight": in_flight}
+
+
+async def drain(server: str, workdir: Path, *, jobs: int, batch_size: int, in_flight: int,
+                within: float, name: str) -> dict[str, Any]:
+    """A diagnostic beside the lifecycle: batch-enqueue into a paused queue (python
+    target), ``ANALYZE`` (fresh planner statistics, as autovacuum would give a table
+    that has been busy for a while), resume, and time until all archived."""
+    db = f"bench_{name}"
+    url = await fresh_database(server, db)
+    queue = "dr"
+    config = hipq_config(url, free_port(), [{
+        "id": queue, "paused": True, "target": target_config("python", None)}])
+    async with hipq_daemon(config, workdir, name) as daemon:
+        async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=max(in_flight, 10))) as session:
+            await enqueue_batches(session, daemon.base_url, queue,
+                                  batch_bodies(jobs, batch_size, name), in_flight)
+            conn = await asyncpg.connect(url)
+            try:
+                await conn.execute("ANALYZE")
+                cpu_before = daemon.rss.cpu_s
+                t0 = time.time()
+                async with session.post(f"{daemon.base_url}/v1/jobs/{queue}/resume") as answer:
+                    answer.raise_for_status()
+                archived = await wait_archived(conn, queue, jobs, within)
+                last = await conn.fetchval(
+                    "SELECT extract(epoch FROM max(finished_at))::float8 FROM archived_jobs "
+                    "WHERE queue = $1", queue)
+            finally:
+                await conn.close()
+        cpu_s = daemon.rss.cpu_s - cpu_before
+    await drop_database(server, db)
+    elapsed = (last or time.time()) - t0
+    log(f"  {name}: {archived / elapsed:,.0f} jobs/s from resume to all archived")
+    return {"jobs": jobs, "archived": archived, "complete": archived >= jobs,
+            "drain_s": round(elapsed, 3), "completed_jobs_per_s": round(archived / elapsed, 1),
+            "daemon_cpu_ms_per_job": round(cpu_s * 1000 / max(archived, 1), 3)}
 
 
 # -- 2. latency at a steady offered load --------------------------------------------------

@@ -416,15 +416,19 @@ class SQLStore:
             seconds = sa.case((t.c.timeout_seconds < heartbeat_seconds, t.c.timeout_seconds),
                               else_=sa.literal(heartbeat_seconds, sa.Float))
         new_key = t.c.token + "." + sa.cast(t.c.attempt + 1, sa.Text)
-        stmt = (t.update().where(t.c.queue == queue, t.c.status == s.QUEUED,
-                                 t.c.id.in_(self._claimable(queue, ids)))
-                .values(status=JobState.RUNNING.value, attempt=t.c.attempt + 1, launched_at=now,
-                        deadline=s.add_seconds(sa.literal(now, s.UTCDateTime), seconds),
-                        owner=owner, launch_confirmed=False, updated_at=now,
-                        correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
-                                                 t.c.correlation_key), else_=new_key))
-                .returning(*t.columns))
         async with self._tx() as conn:
+            claim = await self._lock_claimable(conn, queue, ids)
+            if not claim:
+                return []
+            stmt = (t.update().where(t.c.queue == queue, t.c.status == s.QUEUED,
+                                     t.c.id.in_(claim))
+                    .values(status=JobState.RUNNING.value, attempt=t.c.attempt + 1,
+                            launched_at=now,
+                            deadline=s.add_seconds(sa.literal(now, s.UTCDateTime), seconds),
+                            owner=owner, launch_confirmed=False, updated_at=now,
+                            correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
+                                                     t.c.correlation_key), else_=new_key))
+                    .returning(*t.columns))
             rows = (await conn.execute(stmt)).all()
             events = [{"queue": queue, "group_key": rate_groups[r.id], "launched_at": now}
                       for r in rows if rate_groups is not None and r.id in rate_groups]
@@ -433,13 +437,19 @@ class SQLStore:
         by_id = {row.id: _job(row) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
 
-    def _claimable(self, queue: str, ids: Sequence[str]) -> Any:
+    async def _lock_claimable(self, conn: AsyncConnection, queue: str,
+                              ids: Sequence[str]) -> list[str]:
+        """On PostgreSQL, lock the still-queued rows among ``ids`` (skipping rows
+        another transaction holds) in a statement of its own: as a subquery of the
+        UPDATE, a table without statistics yet gets a nested loop that re-runs the
+        locking scan once per row (seconds per tick on a fresh deployment)."""
         if not self.is_postgres:
             return list(ids)
         t = s.jobs
-        return (sa.select(t.c.id).where(t.c.queue == queue, t.c.id.in_(list(ids)),
-                                        t.c.status == s.QUEUED)
-                .with_for_update(skip_locked=True).scalar_subquery())
+        rows = await conn.execute(sa.select(t.c.id).where(
+            t.c.queue == queue, t.c.id.in_(list(ids)), t.c.status == s.QUEUED)
+            .with_for_update(skip_locked=True))
+        return [r.id for r in rows]
 
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
                                       owner: str) -> int:

@@ -103,3 +103,15 @@ def test_retry_flat_options_are_collected() -> None:
     queue = QueueConfig.model_validate(
         {"id": "q", "retry": {"strategy": "exponential", "base_seconds": 2, "max_seconds": 60}})
     assert queue.retry.all_options() == {"base_seconds": 2, "max_seconds": 60}
+
+
+def test_early_wake_switch_makes_wake_a_no_op() -> None:
+    from hipq.config import parse_settings
+    from hipq.daemon import Daemon
+
+    assert parse_settings({}).reconcile.early_wake is True
+    daemon = Daemon(parse_settings({"reconcile": {"early_wake": False}}))
+    daemon._scheduler = object()  # type: ignore[assignment]  # as if running
+    daemon.wake()  # no event loop needed: it returns before scheduling anything
+    assert daemon._wake_handle is None
+    assert daemon._again is False
