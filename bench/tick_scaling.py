@@ -31,18 +31,16 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+from common import postgres  # bench/ is on sys.path: this file runs as a script
 from sqlalchemy import event
 
 from hipq.clock import SystemClock
@@ -54,7 +52,6 @@ from hipq.store import schema as s
 from hipq.testing import MemoryTarget, succeed
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_EPHEMERAL = ROOT / "scripts" / "pg-ephemeral"
 QUEUE = "bench"
 CONCURRENCY = 100
 
@@ -124,27 +121,6 @@ def with_database(server_url: str, database: str) -> str:
 def plain_url(url: str) -> str:
     """asyncpg wants ``postgresql://``; accept ``postgresql+asyncpg://`` too."""
     return url.replace("postgresql+asyncpg://", "postgresql://", 1)
-
-
-# -- a throwaway server ---------------------------------------------------------------
-
-
-@contextmanager
-def postgres(url: str | None) -> Iterator[str]:
-    if url:
-        yield plain_url(url)
-        return
-    env = dict(os.environ, PG_EPHEMERAL_NAME=f"hipq-bench-{os.getpid()}")
-    try:
-        out = subprocess.run([str(PG_EPHEMERAL), "start"], env=env, check=True,
-                             capture_output=True, text=True, timeout=180).stdout
-    except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"scripts/pg-ephemeral could not start: {exc.stderr}") from None
-    try:
-        yield out.strip().splitlines()[-1].split("=", 1)[1]
-    finally:
-        subprocess.run([str(PG_EPHEMERAL), "stop"], env=env, check=False,
-                       capture_output=True, timeout=180)
 
 
 # -- per-statement timing (--profile) ---------------------------------------------------
@@ -361,7 +337,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    with postgres(args.database_url) as server:
+    with postgres(plain_url(args.database_url) if args.database_url else None) as server:
         conn = await asyncpg.connect(server)
         try:
             pg_version = str(await conn.fetchval("SHOW server_version"))
