@@ -1,30 +1,37 @@
 """Step 5 of the reconcile loop: launching, and recording what launches said.
 
-Each job of a new batch is sent through its queue's target in a background task,
-at most ``concurrency`` at a time, so a slow target never holds up a tick. When
-launches finish, their results are recorded in batches, one transaction each:
-the launches are marked confirmed, and outcomes a target gave at once (a Python
-function's result, a ``sync`` HTTP answer, a launch error) are written to the
-response inbox, where the next tick applies them like any other response.
+The jobs of a new batch are sent through their queue's target by background
+workers, at most ``concurrency`` launches at a time, so a slow target never holds
+up a tick. What a launch says is handled by kind:
 
-Failure modes: a crash before a launch is recorded leaves the try unconfirmed (the
-next owner fails it as ``lost``); a database error while recording keeps the
-results in memory and retries.
+- the target **accepted** the job (its outcome comes later, as a response): the
+  launch is marked confirmed in the database, in batches (one statement per
+  flush), so a new owner after a crash waits for the response;
+- the target gave an **outcome at once** (a Python function's result, a ``sync``
+  HTTP answer) or the launch **failed**: the outcome is handed to the reconciler
+  in memory (:meth:`Launcher.take_outcomes`) and persisted by the next tick's step
+  3 with the job's end or retry, in the same transaction.
+
+Failure modes: a crash before an accepted launch is confirmed, or before an
+immediate outcome is persisted, leaves the try unconfirmed: the next owner fails
+it as ``lost`` (``at_least_once`` retries it, ``at_most_once`` does not). A
+database error while confirming keeps the confirmations in memory and retries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hipq.clock import Clock
 from hipq.errors import HipqError, LaunchError
 from hipq.jobs import ErrorKind, Job, JobError
-from hipq.store import Response, SQLStore
-from hipq.targets import Accepted, Completed, LaunchOutcome, Target
+from hipq.store import SQLStore
+from hipq.targets import Accepted, LaunchOutcome, Target
 
 log = logging.getLogger(__name__)
 
@@ -45,81 +52,85 @@ class Launcher:
         self.clock = clock
         self.owner = owner
         self.on_wake = on_wake
-        self._slots = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
+        self._pending: deque[tuple[Target, Job]] = deque()
+        self._workers = 0
         self._inflight: set[asyncio.Task[None]] = set()
-        self._results: list[LaunchResult] = []
+        self._confirm: list[tuple[str, str, int]] = []
+        self._outcomes: list[LaunchResult] = []
         self._flush_lock = asyncio.Lock()
 
     def launch(self, target: Target, job: Job) -> None:
         """Send ``job`` in the background."""
-        self._spawn(self._launch_one(target, job))
+        self.launch_many([(target, job)])
+
+    def launch_many(self, launches: Sequence[tuple[Target, Job]]) -> None:
+        """Send these jobs in the background, in order, ``concurrency`` at a time
+        (one worker task per slot, not one task per job)."""
+        self._pending.extend(launches)
+        while self._workers < self.concurrency and self._workers < len(self._pending):
+            self._workers += 1
+            self._spawn(self._worker())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
-    async def _launch_one(self, target: Target, job: Job) -> None:
-        async with self._slots:
-            try:
-                outcome: LaunchOutcome | None = await target.launch(job.snapshot())
-                error = None
-            except LaunchError as exc:
-                outcome, error = None, JobError(kind=exc.kind, detail=str(exc),
-                                                retryable=exc.retryable)
-            except Exception as exc:
-                outcome, error = None, JobError(kind=ErrorKind.TRANSPORT, detail=repr(exc)[:1000])
-        self._results.append(LaunchResult(job=job, outcome=outcome, error=error))
-        if len(self._results) == 1:  # the first result since the last flush schedules one
-            asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
+    async def _worker(self) -> None:
+        try:
+            while self._pending:
+                target, job = self._pending.popleft()
+                self._record(await launch_one(target, job))
+        finally:
+            self._workers -= 1
+
+    def _record(self, result: LaunchResult) -> None:
+        if isinstance(result.outcome, Accepted):
+            self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
+            if len(self._confirm) == 1:  # the first since the last flush schedules one
+                asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
+            return
+        self._outcomes.append(result)
+        if len(self._outcomes) == 1 and self.on_wake is not None:
+            self.on_wake()
+
+    def take_outcomes(self) -> list[LaunchResult]:
+        """The immediate outcomes (and failed launches) since the last call."""
+        out, self._outcomes = self._outcomes, []
+        return out
 
     async def flush(self) -> None:
-        """Record finished launches: confirmations and immediate outcomes, one
-        transaction. Failed launches go to the inbox as failed responses."""
+        """Mark the accepted launches so far confirmed (one statement)."""
         async with self._flush_lock:
-            results, self._results = self._results, []
-            if not results:
+            confirm, self._confirm = self._confirm, []
+            if not confirm:
                 return
-            confirm = [(r.job.queue, r.job.id, r.job.attempt) for r in results
-                       if r.outcome is not None]
-            responses = [launch_response(r) for r in results]
             try:
                 await self.store.launch_results_record(
-                    confirm=confirm, responses=[x for x in responses if x is not None],
-                    owner=self.owner, now=self.clock.now())
+                    confirm=confirm, responses=[], owner=self.owner, now=self.clock.now())
             except HipqError:
-                log.exception("could not record %d launch results; will retry", len(results))
-                self._results[:0] = results
+                log.exception("could not confirm %d launches; will retry", len(confirm))
+                self._confirm[:0] = confirm
                 await self.clock.sleep(RECORD_RETRY_SECONDS)
                 self._spawn(self.flush())
                 return
-        if self.on_wake is not None:
-            self.on_wake()
 
     async def drain(self) -> None:
-        """Wait until every launch so far has finished and been recorded."""
+        """Wait until every launch so far has finished and its confirmation has
+        been recorded (immediate outcomes wait in memory for the next tick)."""
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
         await self.flush()
 
 
-def launch_response(result: LaunchResult) -> Response | None:
-    """The inbox row for a launch's immediate outcome (None: the target accepted
-    the job and its outcome comes later)."""
-    job = result.job
-    key = job.correlation_key or ""
-    if result.outcome is None:
-        error = result.error or JobError(kind=ErrorKind.TRANSPORT)
-        return Response(correlation_key=key, attempt=job.attempt, status="failed",
-                        retryable=error.retryable, source="launch",
-                        error={"kind": error.kind, "detail": error.detail})
-    if isinstance(result.outcome, Accepted):
-        return None
-    done: Completed = result.outcome
-    if done.status == "succeeded":
-        return Response(correlation_key=key, attempt=job.attempt, status="succeeded",
-                        result=done.result, source="target")
-    error_body = done.error if isinstance(done.error, dict) else {"detail": str(done.error or "")}
-    return Response(correlation_key=key, attempt=job.attempt, status="failed",
-                    retryable=done.retryable, result=done.result, source="target",
-                    error={"kind": done.kind, **error_body})
+async def launch_one(target: Target, job: Job) -> LaunchResult:
+    """Send one job; what the target said, or the error it raised."""
+    try:
+        outcome: LaunchOutcome | None = await target.launch(job)
+        error = None
+    except LaunchError as exc:
+        outcome, error = None, JobError(kind=exc.kind, detail=str(exc), retryable=exc.retryable)
+    except Exception as exc:
+        outcome, error = None, JobError(kind=ErrorKind.TRANSPORT, detail=repr(exc)[:1000])
+    return LaunchResult(job=job, outcome=outcome, error=error)

@@ -17,10 +17,10 @@ ever changed after the database says so:
    persist every changed copy in one transaction, and drop the jobs that are no
    longer running from the batch.
 4. Mark the new batch running in one statement per queue and add it to the batch.
-5. Launch the new batch concurrently (bounded) in the background. Launch results
-   are recorded in batches (confirmation + immediate outcomes, one transaction)
-   and wake the loop; immediate outcomes travel through the inbox like any other
-   response, so they survive a crash.
+5. Launch the new batch concurrently (bounded) in the background. Accepted
+   launches are confirmed in batches; outcomes a target gives at once come back
+   in memory, wake the loop, and are applied in the next tick's step 0 (a crash
+   before they are persisted leaves the try unconfirmed: ``lost``).
 
 Invariants: a job is never re-run from memory (once it leaves ``running`` it is
 saved and dropped, and runs again only after being fetched); no transaction is
@@ -45,7 +45,7 @@ from hipq.clock import Clock
 from hipq.config import QueueConfig, ReconcileConfig, ResponsesConfig
 from hipq.errors import HipqError
 from hipq.jobs import ErrorKind, Job, JobError, JobState, Ordering
-from hipq.launcher import Launcher
+from hipq.launcher import Launcher, LaunchResult
 from hipq.plugins import GiveUp, RetryContext, ThrottleContext, Throttler, ThrottleResult
 from hipq.retry import RetryFn, build_retry, decide
 from hipq.store import (
@@ -56,10 +56,11 @@ from hipq.store import (
     QueueRecord,
     SQLStore,
 )
-from hipq.targets import Target, build_target
+from hipq.targets import Completed, Target, build_target
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
 from hipq.throttling import DEFAULT_GROUP, QuotaPlan, RateBudget, build_throttler
+from hipq.throttling.builtin import BuiltinThrottler
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,7 @@ class Reconciler:
         now = self.clock.now()
         queues = {q.id: q for q in await self.store.queue_list()}
         await self._leases(queues, now, counters)
+        self._apply_launches(counters)
         await self._apply_inbox(now, counters)
         self._mark_timeouts(now, counters)
         await self._sweep_inbox(now)
@@ -210,6 +212,16 @@ class Reconciler:
         return len(running)
 
     # -- step 0: responses and timeouts --------------------------------------------
+
+    def _apply_launches(self, counters: _Counters) -> None:
+        """Outcomes targets gave at once (and failed launches), straight from memory."""
+        for result in self.launcher.take_outcomes():
+            entry = self.batch.get(result.job.key)
+            if (entry is None or entry.job.attempt != result.job.attempt
+                    or entry.outcome is not None):
+                continue  # timed out or cancelled meanwhile: the first outcome stands
+            entry.outcome = _outcome_from_launch(result)
+            counters.add("responses_applied")
 
     async def _apply_inbox(self, now: datetime, counters: _Counters) -> None:
         by_key = {e.job.correlation_key: e for e in self.batch.values() if e.job.correlation_key}
@@ -350,9 +362,13 @@ class Reconciler:
         if config.rate_limit is not None:
             recent = await self.store.launch_events_recent(
                 queue=config.id, since=now - timedelta(seconds=config.rate_limit.per_seconds))
-        ctx = ThrottleContext(queue=config, candidates=[j.snapshot() for j in candidates],
-                              running=[j.snapshot() for j in running], now=now,
-                              recent_launches=recent)
+        if not isinstance(runtime.throttler, BuiltinThrottler):  # plugins get copies
+            candidates_seen = [j.snapshot() for j in candidates]
+            running = [j.snapshot() for j in running]
+        else:  # the built-in throttler only reads the (frozen) jobs
+            candidates_seen = list(candidates)
+        ctx = ThrottleContext(queue=config, candidates=candidates_seen, running=running,
+                              now=now, recent_launches=recent)
         try:
             decision = runtime.throttler.select(ctx)
         except Exception:
@@ -458,7 +474,9 @@ class Reconciler:
 
     async def _persist(self, queues: Mapping[str, QueueRecord], now: datetime,
                        counters: _Counters) -> None:
-        copies = {key: (entry.job.snapshot(), entry.outcome, entry.deadline,
+        # The copy: jobs are frozen, so the entry's job is a copy already; the
+        # mutable parts of the entry are copied. Retry plugins get deep copies.
+        copies = {key: (entry.job, entry.outcome, entry.deadline,
                         tuple(entry.inbox_ids), entry.extended)
                   for key, entry in self.batch.items()
                   if entry.outcome is not None or entry.extended}
@@ -527,17 +545,22 @@ class Reconciler:
                                if j.id in chosen_ids and not j.critical}
             jobs = await self.store.job_mark_running_many(
                 queue=queue_id, ids=ids, now=now, owner=self.owner,
-                heartbeat_seconds=config.heartbeat_timeout_seconds, rate_groups=rate_groups)
+                heartbeat_seconds=config.heartbeat_timeout_seconds, rate_groups=rate_groups,
+                # a merging queue may have appended payloads since the fetch: re-read
+                known=None if config.merge_by_ordering_key else
+                {j.id: j for j in self._candidates.get(queue_id, ())})
             for job in jobs:
                 self.batch[job.key] = Entry(job=job, deadline=job.deadline)
             launched.extend(jobs)
         return launched
 
     def _launch(self, jobs: Sequence[Job]) -> None:
+        launches = []
         for job in jobs:
-            runtime = self._runtimes[job.queue]
-            assert runtime.target is not None
-            self.launcher.launch(runtime.target, job)
+            target = self._runtimes[job.queue].target
+            assert target is not None
+            launches.append((target, job))
+        self.launcher.launch_many(launches)
 
     async def flush_launches(self) -> None:
         """Record the launches that finished so far (see :class:`Launcher`)."""
@@ -557,6 +580,25 @@ def _free(capacity: int | None, running: Iterable[Job], limit: int) -> int:
         return limit
     used: int = sum(j.weight for j in running)
     return max(min(capacity - used, limit), 0)
+
+
+def _outcome_from_launch(result: LaunchResult) -> Outcome:
+    done = result.outcome
+    if done is None:
+        error = result.error or JobError(kind=ErrorKind.TRANSPORT)
+        return Outcome(status=JobState.FAILED.value, response={"source": "launch"},
+                       error=replace(error, data={"kind": error.kind, "detail": error.detail}))
+    assert isinstance(done, Completed)
+    if done.status == "succeeded":
+        return Outcome(status=JobState.SUCCEEDED.value, result=done.result,
+                       response={"source": "target"})
+    raw = done.error if isinstance(done.error, dict) else {"detail": str(done.error or "")}
+    raw = {"kind": done.kind, **raw}
+    detail = raw.get("detail") or raw.get("message") or ""
+    return Outcome(status=JobState.FAILED.value, result=done.result, response={"source": "target"},
+                   error=JobError(kind=str(raw.get("kind") or ErrorKind.RESPONSE_FAILED),
+                                  detail=str(detail), retryable=done.retryable is not False,
+                                  data=raw))
 
 
 def _outcome_from_row(row: InboxRow) -> Outcome:

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from hipq.config import QueueConfig
 from hipq.errors import SchemaError, StoreError, TransientStoreError
 from hipq.jobs import Attempt, Job, JobState, Ordering
+from hipq.store import pg
 from hipq.store import schema as s
 from hipq.store.records import (
     Change,
@@ -41,6 +42,21 @@ from hipq.store.records import (
 
 log = logging.getLogger(__name__)
 
+try:  # errors raised by statements sent straight to asyncpg (hipq.store.pg), as
+    # asyncpg raises them or as SQLAlchemy's adapter translates them
+    import asyncpg  # type: ignore[import-untyped]
+    from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi as _adapted
+
+    _DRIVER_TRANSIENT: tuple[type[BaseException], ...] = (
+        asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+        asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError,
+        _adapted.InterfaceError, _adapted.OperationalError, _adapted.InternalClientError)
+except ImportError:  # pragma: no cover - asyncpg is a dependency
+    _DRIVER_TRANSIENT = ()
+
+_TRANSIENT: tuple[type[BaseException], ...] = (OperationalError, OSError, ConnectionError,
+                                              *_DRIVER_TRANSIENT)
+
 INSERT_CHUNK = 500  # rows per INSERT statement (stays under bind-parameter limits)
 _JOB_FIELDS = [c.name for c in s.jobs.columns]
 
@@ -52,6 +68,26 @@ def _job(row: Any) -> Job:
     if "finished_at" in m:
         values["finished_at"] = m["finished_at"]
     return Job(**values)
+
+
+def _job_record(record: Any) -> Job:
+    """A Job from an asyncpg record of ``jobs`` or ``archived_jobs`` (PostgreSQL)."""
+    values = {name: record[name] for name in _JOB_FIELDS}
+    values["status"] = JobState(values["status"])
+    values["finished_at"] = record.get("finished_at")
+    return Job(**values)
+
+
+class _Attrs:
+    """Attribute access over an asyncpg record (for helpers written for SQLAlchemy rows)."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    def __getattr__(self, name: str) -> Any:
+        return self._record[name]
 
 
 def _job_values(job: Job) -> dict[str, Any]:
@@ -76,12 +112,22 @@ class SQLStore:
         try:
             async with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, OSError, ConnectionError) as exc:
+        except _TRANSIENT as exc:
+            await self._drop_pool()
             raise TransientStoreError(f"database unavailable: {exc}") from exc
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise TransientStoreError(f"database connection lost: {exc}") from exc
             raise
+
+    async def _drop_pool(self) -> None:
+        """After a connection error outside SQLAlchemy's sight (statements sent
+        straight to the driver): the pooled connections may all be dead (a database
+        restart), so start over with a new pool rather than fail once per connection."""
+        try:
+            await self.engine.dispose(close=False)
+        except Exception:
+            log.debug("could not reset the connection pool", exc_info=True)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -197,6 +243,8 @@ class SQLStore:
     async def _insert_chunk(self, conn: AsyncConnection,
                             chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
         unique = list({job.key: job for job in chunk}.values())
+        if self.is_postgres:
+            return await self._insert_chunk_pg(conn, unique)
         stmt = (self._insert(s.jobs).on_conflict_do_nothing()
                 .returning(s.jobs.c.queue, s.jobs.c.id))
         rows = await conn.execute(stmt, [_job_values(job) for job in unique])
@@ -213,6 +261,32 @@ class SQLStore:
         for job in unique:
             out[job.key] = self._insert_outcome(job, inserted, {**live, **archived})
         return out
+
+    async def _insert_chunk_pg(self, conn: AsyncConnection,
+                               unique: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
+        """One INSERT of column arrays; an id already archived is not inserted (it is
+        answered as a repeat of the archived job)."""
+        db = await pg.driver(conn)
+        by_queue: dict[str, list[str]] = {}
+        for job in unique:
+            by_queue.setdefault(job.queue, []).append(job.id)
+        archived: dict[tuple[str, str], Job] = {}
+        for queue, ids in by_queue.items():
+            for r in await db.fetch(pg.ARCHIVED_BY_IDS, queue, ids):
+                archived[(r["queue"], r["id"])] = _job_record(r)
+        fresh = [job for job in unique if job.key not in archived]
+        inserted: set[tuple[str, str]] = set()
+        if fresh:
+            rows = await db.fetch(pg.INSERT_JOBS,
+                                  *pg.job_columns([_job_values(j) for j in fresh]))
+            inserted = {(r["queue"], r["id"]) for r in rows}
+        existing = dict(archived)
+        for queue, ids in by_queue.items():
+            missing = [i for i in ids if (queue, i) not in inserted and (queue, i) not in archived]
+            if missing:
+                for r in await db.fetch(pg.LIVE_BY_IDS, queue, missing):
+                    existing[(r["queue"], r["id"])] = _job_record(r)
+        return {job.key: self._insert_outcome(job, inserted, existing) for job in unique}
 
     async def job_merge(self, job: Job) -> InsertOutcome:
         """Enqueue into a merging queue: append ``job.data["payloads"]`` to the
@@ -400,7 +474,8 @@ class SQLStore:
 
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
                                     owner: str, heartbeat_seconds: float | None,
-                                    rate_groups: Mapping[str, str] | None = None) -> list[Job]:
+                                    rate_groups: Mapping[str, str] | None = None,
+                                    known: Mapping[str, Job] | None = None) -> list[Job]:
         """Step 4: claim the new batch as running in one statement.
 
         Only jobs still ``queued`` are claimed (a cancel in between wins); on
@@ -415,6 +490,10 @@ class SQLStore:
         if heartbeat_seconds is not None:
             seconds = sa.case((t.c.timeout_seconds < heartbeat_seconds, t.c.timeout_seconds),
                               else_=sa.literal(heartbeat_seconds, sa.Float))
+        if self.is_postgres:
+            return await self._claim_pg(queue=queue, ids=ids, now=now, owner=owner,
+                                        heartbeat_seconds=heartbeat_seconds,
+                                        rate_groups=rate_groups, known=known or {})
         new_key = t.c.token + "." + sa.cast(t.c.attempt + 1, sa.Text)
         async with self._tx() as conn:
             claim = await self._lock_claimable(conn, queue, ids)
@@ -435,6 +514,27 @@ class SQLStore:
             if events:  # these launches count against the queue's rate limit
                 await conn.execute(s.launch_events.insert(), events)
         by_id = {row.id: _job(row) for row in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def _claim_pg(self, *, queue: str, ids: Sequence[str], now: datetime, owner: str,
+                        heartbeat_seconds: float | None,
+                        rate_groups: Mapping[str, str] | None,
+                        known: Mapping[str, Job]) -> list[Job]:
+        async with self._tx() as conn:
+            db = await pg.driver(conn)
+            claimed = await db.fetch(pg.CLAIM, queue, list(ids), now, owner, heartbeat_seconds)
+            events = [{"queue": queue, "group_key": rate_groups[r["id"]], "launched_at": now}
+                      for r in claimed if rate_groups is not None and r["id"] in rate_groups]
+            if events:  # these launches count against the queue's rate limit
+                await conn.execute(s.launch_events.insert(), events)
+            unknown = [r["id"] for r in claimed if r["id"] not in known]
+            if unknown:
+                known = {**known, **{r["id"]: _job_record(r) for r in await db.fetch(
+                    pg.LIVE_BY_IDS, queue, unknown)}}
+        by_id = {r["id"]: known[r["id"]].evolve(
+            status=JobState.RUNNING, attempt=r["attempt"], correlation_key=r["correlation_key"],
+            deadline=r["deadline"], launched_at=now, owner=owner, launch_confirmed=False,
+            updated_at=now) for r in claimed}
         return [by_id[i] for i in ids if i in by_id]
 
     async def _lock_claimable(self, conn: AsyncConnection, queue: str,
@@ -564,6 +664,8 @@ class SQLStore:
         """
         if not changes and not inbox:
             return set()
+        if self.is_postgres:
+            return await self._persist_pg(changes, owner, now, inbox)
         async with self._tx() as conn:
             live = await self._lock_live(conn, changes, owner)
             applied = [c for c in changes if (c.queue, c.id, c.attempt) in live]
@@ -578,6 +680,44 @@ class SQLStore:
             marks = [(i, InboxOutcome.APPLIED) for c in applied for i in c.inbox_ids]
             await self._inbox_mark(conn, [*marks, *inbox], now)
         return {(c.queue, c.id) for c in applied}
+
+    async def _persist_pg(self, changes: Sequence[Change], owner: str, now: datetime,
+                          inbox: Sequence[tuple[int, InboxOutcome]]) -> set[tuple[str, str]]:
+        """persist_batch on PostgreSQL: one statement per kind of change, each guarded
+        by (status running, owner, attempt) so what it returns is what applied."""
+        j = pg.to_json
+        archives = [c for c in changes if c.kind is ChangeKind.ARCHIVE]
+        requeues = [c for c in changes if c.kind is ChangeKind.REQUEUE]
+        extends = [c for c in changes if c.kind is ChangeKind.EXTEND]
+        applied: set[tuple[str, str]] = set()
+        async with self._tx() as conn:
+            db = await pg.driver(conn)
+            if archives:
+                rows = await db.fetch(
+                    pg.ARCHIVE, [c.queue for c in archives], [c.id for c in archives],
+                    [c.attempt for c in archives], [c.status or "failed" for c in archives],
+                    [j(c.result) for c in archives], [j(c.error) for c in archives],
+                    [c.outcome or "unknown" for c in archives],
+                    [j(c.response) for c in archives], owner, now)
+                applied.update((r["queue"], r["id"]) for r in rows)
+            if requeues:
+                rows = await db.fetch(
+                    pg.REQUEUE, [c.queue for c in requeues], [c.id for c in requeues],
+                    [c.attempt for c in requeues], [c.run_at for c in requeues],
+                    [j(c.data) for c in requeues], [j(c.error) for c in requeues],
+                    [c.outcome or "unknown" for c in requeues],
+                    [j(c.response) for c in requeues],
+                    [c.correlation_key for c in requeues], owner, now)
+                applied.update((r["queue"], r["id"]) for r in rows)
+            if extends:
+                rows = await db.fetch(
+                    pg.EXTEND, [c.queue for c in extends], [c.id for c in extends],
+                    [c.attempt for c in extends], [c.deadline for c in extends], owner, now)
+                applied.update((r["queue"], r["id"]) for r in rows)
+            marks = [(i, InboxOutcome.APPLIED) for c in changes
+                     if (c.queue, c.id) in applied for i in c.inbox_ids]
+            await self._inbox_mark(conn, [*marks, *inbox], now)
+        return applied
 
     async def _lock_live(self, conn: AsyncConnection, changes: Sequence[Change],
                          owner: str) -> set[tuple[str, str, int]]:
@@ -700,6 +840,11 @@ class SQLStore:
             return []
         t = s.response_inbox
         out: list[InboxRow] = []
+        if self.is_postgres:
+            async with self._tx() as conn:
+                db = await pg.driver(conn)
+                return [self._inbox_row(_Attrs(r)) for r in
+                        await db.fetch(pg.INBOX_PENDING_FOR_KEYS, list(keys))]
         async with self._tx() as conn:
             for chunk in _chunks(list(keys), INSERT_CHUNK):
                 rows = await conn.execute(sa.select(t).where(
@@ -724,10 +869,14 @@ class SQLStore:
         async with self._tx() as conn:
             await self._inbox_mark(conn, marks, now)
 
-    @staticmethod
-    async def _inbox_mark(conn: AsyncConnection, marks: Sequence[tuple[int, InboxOutcome]],
-                          now: datetime) -> None:
+    async def _inbox_mark(self, conn: AsyncConnection,
+                          marks: Sequence[tuple[int, InboxOutcome]], now: datetime) -> None:
         if not marks:
+            return
+        if self.is_postgres:
+            db = await pg.driver(conn)
+            await db.execute(pg.INBOX_MARK, [i for i, _ in marks], [str(m) for _, m in marks],
+                             now)
             return
         t = s.response_inbox
         by_outcome: dict[str, list[int]] = {}
@@ -760,6 +909,11 @@ class SQLStore:
                  "extend_seconds": r.extend_seconds, "source": r.source,
                  "dedup_key": r.dedup_key, "received_at": now} for r in responses]
         async with self._tx() as conn:
+            if self.is_postgres and confirm:
+                db = await pg.driver(conn)
+                await db.execute(pg.CONFIRM, [q for q, _, _ in confirm],
+                                 [i for _, i, _ in confirm], [a for _, _, a in confirm], owner)
+                confirm = []
             for chunk in _chunks(list(confirm), INSERT_CHUNK):
                 await conn.execute(t.update().where(
                     sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
@@ -921,8 +1075,12 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         _sqlite_setup(engine)
         return engine
     if url.startswith("postgresql"):
+        # No pre-ping (it costs a BEGIN, a query and a ROLLBACK per checkout): a
+        # connection found dead fails its transaction (a TransientStoreError the
+        # caller retries), and SQLAlchemy then invalidates the whole pool, so the
+        # next checkout after a database restart gets a fresh connection.
         return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
-                                   pool_pre_ping=True, connect_args={"timeout": 10})
+                                   connect_args={"timeout": 10})
     raise StoreError(f"unsupported database URL {url.split(':', 1)[0]!r}: "
                      "use sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")
 

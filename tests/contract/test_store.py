@@ -777,3 +777,38 @@ async def test_concurrent_claims_never_share_a_job(store: SQLStore, clock: FakeC
     running = await store.job_load_running(queue=Q)
     assert {j.id: j.owner for j in running} == owners
     assert {j.attempt for j in running} == {1}
+
+
+async def test_recovers_when_the_database_drops_its_connections(store: SQLStore,
+                                                                clock: FakeClock) -> None:
+    """A database restart kills every pooled connection: a transaction may fail once
+    with TransientStoreError (its caller retries), then the store reconnects, also
+    for statements sent straight to the driver."""
+    if not store.is_postgres:
+        pytest.skip("SQLite has no server connections")
+    import asyncpg
+
+    from hipq.errors import TransientStoreError
+
+    jobs = [make_job(clock, f"r{i}") for i in range(4)]
+    await insert(store, *jobs[:2])
+    # fill the pool with several connections, then have the server drop them all
+    await asyncio.gather(*(store.queue_list() for _ in range(5)))
+    url = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    finally:
+        await admin.close()
+    failures = 0
+    for _ in range(3):
+        try:
+            await store.job_mark_running_many(queue=Q, ids=["r0", "r1"], now=clock.now(),
+                                              owner=OWNER, heartbeat_seconds=None)
+            break
+        except TransientStoreError:
+            failures += 1
+    assert failures <= 1
+    await insert(store, *jobs[2:])
+    assert {j.id for j in await store.job_load_running(queue=Q)} == {"r0", "r1"}

@@ -1,0 +1,120 @@
+"""The engine alone, in one process: enqueue N jobs through the Python API and run
+reconcile ticks until every job is archived, with a python target that completes at
+once. No HTTP, no subprocess: where the daemon's CPU goes per job.
+
+    .venv/bin/python bench/engine_profile.py --url postgresql://... [--jobs 20000]
+        [--profile out.pstats]
+
+``--url`` is a server URL (a database ``bench_engine`` is created on it); without it a
+throwaway PostgreSQL is started. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import drop_database, fresh_database, postgres
+
+from hipq.clock import SystemClock
+from hipq.config import QueueConfig, ReconcileConfig
+from hipq.reconciler import Reconciler
+from hipq.schemas import EnqueueRequest
+from hipq.service import Hipq
+from hipq.store import open_store
+
+
+async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
+              profile: str | None) -> dict[str, object]:
+    url = await fresh_database(server, "bench_engine")
+    store = await open_store(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+    await store.migrate()
+    clock = SystemClock()
+    service = Hipq(store, clock=clock)
+    await service.create_queue(QueueConfig.model_validate({
+        "id": "q", "target": {"kind": "python", "function": "bench_targets:done"}}))
+    reconciler = Reconciler(store, clock=clock, owner="bench",
+                            config=ReconcileConfig(fetch_limit=fetch_limit))
+    requests = [(f"j{i}", EnqueueRequest.model_validate({"data": {"n": i}}))
+                for i in range(jobs)]
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    t0 = time.perf_counter()
+    for start in range(0, jobs, chunk):
+        await service.enqueue_many("q", requests[start:start + chunk])
+    t_enq = time.perf_counter()
+    ticks = 0
+    while True:
+        result = await reconciler.run_once()
+        ticks += 1
+        await reconciler.drain()
+        if not reconciler.batch and not result.changed:
+            stats = await store.queue_stats(now=clock.now())
+            if all(s.queued == 0 and s.running == 0 for s in stats):
+                break
+    t_done = time.perf_counter()
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    await store.close()
+    await drop_database(server, "bench_engine")
+    return {"jobs": jobs, "enqueue_jobs_per_s": round(jobs / (t_enq - t0)),
+            "process_jobs_per_s": round(jobs / (t_done - t_enq)),
+            "lifecycle_jobs_per_s": round(jobs / (t_done - t0)), "ticks": ticks,
+            "fetch_limit": fetch_limit}
+
+
+def _time_store() -> dict[str, list[float]]:
+    """Wrap every public coroutine of SQLStore to sum its wall time."""
+    import functools
+    import inspect
+
+    from hipq.store.sql import SQLStore
+    spent: dict[str, list[float]] = {}
+    for name, fn in list(vars(SQLStore).items()):
+        if name.startswith("_") or not inspect.iscoroutinefunction(fn):
+            continue
+
+        def wrap(fn=fn, name=name):  # type: ignore[no-untyped-def]
+            @functools.wraps(fn)
+            async def timed(*a, **k):  # type: ignore[no-untyped-def]
+                t = time.perf_counter()
+                try:
+                    return await fn(*a, **k)
+                finally:
+                    cell = spent.setdefault(name, [0.0, 0])
+                    cell[0] += time.perf_counter() - t
+                    cell[1] += 1
+            return timed
+        setattr(SQLStore, name, wrap())
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url")
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--chunk", type=int, default=1000)
+    parser.add_argument("--fetch-limit", type=int, default=1000)
+    parser.add_argument("--profile")
+    parser.add_argument("--time-store", action="store_true")
+    args = parser.parse_args()
+    spent = _time_store() if args.time_store else None
+    with postgres(args.url) as server:
+        out = asyncio.run(run(server, args.jobs, args.chunk, args.fetch_limit, args.profile))
+    if spent is not None:
+        out["store_s"] = {k: [round(v[0], 3), v[1]] for k, v in
+                          sorted(spent.items(), key=lambda kv: -kv[1][0])}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""PostgreSQL fast paths for the hot statements of the reconcile loop and enqueue.
+
+The store's generic statements (SQLAlchemy Core, both dialects) pass batches as
+expanding ``IN`` lists: one bind parameter per value, a new statement text per list
+length, and on a table without planner statistics a filter over the whole backlog.
+Here, on PostgreSQL, a batch travels as one array per column (``unnest``), each
+statement text is fixed (asyncpg prepares it once per connection), the join to the
+batch goes through the primary key whatever the statistics say, and work that
+only moves rows between tables (archiving, recording tries) stays inside the
+server: one round trip per step, no rows decoded in Python that it does not need.
+
+Guards are written so the planner joins through the primary key even on a table
+it has no statistics for: a ``status = ...`` condition would let it pick a partial
+index on the status (``ix_jobs_running``, ``ix_jobs_due_*``) matched on the queue
+alone and filter the whole running set or backlog once per batch row. The hot
+table holds only ``queued`` and ``running`` rows, and a job has an ``owner`` only
+while running, so ``owner = $me`` (with the attempt) says "running, ours, this
+try", and ``status <> 'running'`` says "queued".
+
+These functions take the asyncpg connection under an open SQLAlchemy transaction
+(:func:`driver`); they never commit. JSON values travel as text and are cast to
+``jsonb`` in SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hipq.store import schema as s
+
+# The PostgreSQL array type of each column type, for ``unnest($n::type[])``.
+_PG_TYPES: dict[type[Any], str] = {
+    sa.Text: "text", sa.Integer: "int4", sa.Float: "float8", sa.Boolean: "bool",
+    sa.BigInteger: "int8",
+}
+
+
+def _pg_type(column: sa.Column[Any]) -> str:
+    if isinstance(column.type, s.UTCDateTime):
+        return "timestamptz"
+    if column.type is s.JSON or isinstance(column.type, sa.JSON):
+        return "jsonb"
+    for kind, name in _PG_TYPES.items():
+        if isinstance(column.type, kind):
+            return name
+    raise TypeError(f"no PostgreSQL array type for column {column.name}")
+
+
+JOB_COLUMNS = [c.name for c in s.jobs.columns]
+_JOB_TYPES = {c.name: _pg_type(c) for c in s.jobs.columns}
+JSON_COLUMNS = frozenset(name for name, kind in _JOB_TYPES.items() if kind == "jsonb")
+
+
+def to_json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+async def driver(conn: AsyncConnection) -> Any:
+    """The asyncpg connection under ``conn``, with its transaction begun.
+
+    SQLAlchemy's asyncpg adapter begins the transaction lazily, at the first
+    statement it runs; statements sent straight to the driver must not run
+    before it (they would commit on their own)."""
+    fairy = await conn.get_raw_connection()
+    adapted: Any = fairy.dbapi_connection
+    if adapted._transaction is None:
+        await adapted._start_transaction()
+    return adapted._connection
+
+
+def _unnest(columns: Sequence[str], types: dict[str, str], start: int = 1) -> tuple[str, str]:
+    """``unnest($1::t1[], ...)`` over text arrays for JSON columns, and the select
+    list that casts those back (``c::jsonb``)."""
+    args = ", ".join(f"${start + i}::{'text' if types[c] == 'jsonb' else types[c]}[]"
+                     for i, c in enumerate(columns))
+    select = ", ".join(f"u.{c}::jsonb" if types[c] == "jsonb" else f"u.{c}" for c in columns)
+    return f"unnest({args}) AS u({', '.join(columns)})", select
+
+
+_INSERT_FROM, _INSERT_SELECT = _unnest(JOB_COLUMNS, _JOB_TYPES)
+INSERT_JOBS = (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) SELECT {_INSERT_SELECT} "
+               f"FROM {_INSERT_FROM} ON CONFLICT DO NOTHING RETURNING queue, id")
+
+
+def job_columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Column arrays (JSON columns as text) for :data:`INSERT_JOBS`."""
+    out: list[list[Any]] = []
+    for name in JOB_COLUMNS:
+        if name in JSON_COLUMNS:
+            out.append([to_json(r[name]) for r in rows])
+        else:
+            out.append([r[name] for r in rows])
+    return out
+
+
+ARCHIVED_BY_IDS = ("SELECT * FROM archived_jobs WHERE queue = $1 AND id = ANY($2::text[])")
+LIVE_BY_IDS = ("SELECT * FROM jobs WHERE queue = $1 AND id = ANY($2::text[])")
+
+# Step 4: lock the chosen rows that are still queued (skipping rows another
+# transaction holds), then mark them running; the join to the ids goes through the
+# primary key. $1 queue, $2 ids, $3 now, $4 owner, $5 heartbeat seconds (or NULL).
+CLAIM = """
+WITH chosen AS (
+    SELECT j.queue, j.id FROM unnest($2::text[]) AS u(id)
+    JOIN jobs j ON j.queue = $1 AND j.id = u.id
+    WHERE j.status <> 'running'
+    FOR UPDATE OF j SKIP LOCKED)
+UPDATE jobs t SET
+    status = 'running', attempt = t.attempt + 1, launched_at = $3::timestamptz,
+    deadline = $3::timestamptz + make_interval(secs => CASE WHEN $5::float8 IS NULL
+        OR t.timeout_seconds < $5::float8 THEN t.timeout_seconds ELSE $5::float8 END),
+    owner = $4::text, launch_confirmed = false, updated_at = $3::timestamptz,
+    correlation_key = CASE WHEN t.correlation_fixed THEN t.correlation_key
+        ELSE t.token || '.' || (t.attempt + 1)::text END
+FROM chosen WHERE t.queue = chosen.queue AND t.id = chosen.id
+RETURNING t.id, t.attempt, t.correlation_key, t.deadline
+"""
+
+CONFIRM = """
+UPDATE jobs t SET launch_confirmed = true
+FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(queue, id, attempt)
+WHERE t.queue = u.queue AND t.id = u.id AND t.attempt = u.attempt AND t.owner = $4
+"""
+
+# Step 3, ending tries: delete the running rows (guarded by attempt and owner),
+# archive them with their end, record the try; returns what applied.
+# $1 queue[], $2 id[], $3 attempt[], $4 status[], $5 result[], $6 error[],
+# $7 outcome[], $8 response[], $9 owner, $10 now.
+_ARCHIVE_COLUMNS = [c for c in JOB_COLUMNS if c not in ("status", "result", "error",
+                                                        "updated_at")]
+ARCHIVE = f"""
+WITH c AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::text[])
+        AS c(queue, id, attempt, status, result, error, outcome, response)),
+gone AS (
+    DELETE FROM jobs j USING c
+    WHERE j.queue = c.queue AND j.id = c.id AND j.attempt = c.attempt AND j.owner = $9
+    RETURNING j.*, c.status AS end_status, c.result AS end_result, c.error AS end_error,
+              c.outcome AS end_outcome, c.response AS end_response),
+archived AS (
+    INSERT INTO archived_jobs ({', '.join(_ARCHIVE_COLUMNS)}, status, result, error,
+                               updated_at, finished_at)
+    SELECT {', '.join(_ARCHIVE_COLUMNS)}, end_status, end_result::jsonb, end_error::jsonb,
+           $10::timestamptz, $10::timestamptz FROM gone
+    ON CONFLICT DO NOTHING),
+tries AS (
+    INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
+                              finished_at, outcome, error, response)
+    SELECT queue, id, attempt, correlation_key, launched_at, $10::timestamptz, end_outcome,
+           end_error::jsonb, end_response::jsonb FROM gone)
+SELECT queue, id FROM gone
+"""
+
+# Step 3, retries: back to queued with a new run_at (and data, if the strategy
+# changed it), the try recorded. $1 queue[], $2 id[], $3 attempt[], $4 run_at[],
+# $5 data[] (NULL: unchanged), $6 error[], $7 outcome[], $8 response[], $9 the
+# try's correlation key[], $10 owner, $11 now.
+REQUEUE = """
+WITH c AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::timestamptz[], $5::text[],
+                         $6::text[], $7::text[], $8::text[], $9::text[])
+        AS c(queue, id, attempt, run_at, data, error, outcome, response, key)),
+back AS (
+    UPDATE jobs j SET status = 'queued', run_at = c.run_at,
+        data = COALESCE(c.data::jsonb, j.data), error = c.error::jsonb, updated_at = $11,
+        owner = NULL, deadline = NULL, launch_confirmed = false,
+        correlation_key = CASE WHEN j.correlation_fixed THEN j.correlation_key END
+    FROM c
+    WHERE j.queue = c.queue AND j.id = c.id AND j.attempt = c.attempt AND j.owner = $10
+    RETURNING j.queue, j.id, j.attempt, j.launched_at, c.error, c.outcome, c.response,
+              c.key),
+tries AS (
+    INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
+                              finished_at, outcome, error, response)
+    SELECT queue, id, attempt, key, launched_at, $11, outcome, error::jsonb,
+           response::jsonb FROM back)
+SELECT queue, id FROM back
+"""
+
+# Heartbeats: push deadlines out. $1 queue[], $2 id[], $3 attempt[], $4 deadline[],
+# $5 owner, $6 now.
+EXTEND = """
+UPDATE jobs j SET deadline = u.deadline, updated_at = $6
+FROM unnest($1::text[], $2::text[], $3::int4[], $4::timestamptz[])
+    AS u(queue, id, attempt, deadline)
+WHERE j.queue = u.queue AND j.id = u.id AND j.attempt = u.attempt AND j.owner = $5
+RETURNING j.queue, j.id
+"""
+
+INBOX_MARK = """
+UPDATE response_inbox r SET applied_at = $3, outcome = u.outcome
+FROM unnest($1::int8[], $2::text[]) AS u(id, outcome)
+WHERE r.id = u.id AND r.applied_at IS NULL
+"""
+
+INBOX_PENDING_FOR_KEYS = """
+SELECT r.* FROM unnest($1::text[]) AS u(key)
+JOIN response_inbox r ON r.correlation_key = u.key AND r.applied_at IS NULL
+ORDER BY r.id
+"""
