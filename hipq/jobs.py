@@ -137,9 +137,7 @@ class Job:
     def evolve(self, **changes: Any) -> Job:
         """A copy with ``changes`` (like :func:`dataclasses.replace`, without
         re-running ``__init__``: the reconcile loop does this per job per tick)."""
-        new = object.__new__(Job)
-        for name in _JOB_SLOTS:
-            _set(new, name, changes[name] if name in changes else _get(self, name))
+        new: Job = _evolve(self, changes)
         return new
 
     def to_json(self) -> dict[str, Any]:
@@ -170,8 +168,25 @@ class Job:
 
 
 _JOB_SLOTS = tuple(f.name for f in fields(Job))
-_set = object.__setattr__
-_get = object.__getattribute__
+
+
+def _make_evolve() -> Any:
+    """``_evolve(job, changes)``: the fields copied one by one in generated code
+    (several times faster than ``dataclasses.replace`` for 31 fields)."""
+    lines = ["def _evolve(job, changes):", "    new = _new(Job)"]
+    lines += [f"    _set(new, {name!r}, job.{name})" for name in _JOB_SLOTS]
+    lines += ["    for name, value in changes.items():",
+              "        if name not in _SLOTS:",
+              "            raise TypeError(f'Job has no field {name!r}')",
+              "        _set(new, name, value)",
+              "    return new"]
+    scope: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__, "Job": Job,
+                             "_SLOTS": frozenset(_JOB_SLOTS)}
+    exec("\n".join(lines), scope)
+    return scope["_evolve"]
+
+
+_evolve = _make_evolve()
 
 
 def json_copy(value: Any) -> Any:

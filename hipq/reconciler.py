@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 SWEEP_LIMIT = 500
 SWEEP_GRACE = timedelta(seconds=1)
 EXPIRY_SWEEP_LIMIT = 1000
+SWEEP_EVERY = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,9 @@ class Reconciler:
         self.launcher = Launcher(store, clock=clock, owner=owner,
                                  concurrency=self.config.launch_concurrency, on_wake=on_wake)
         self._sweep_after = 0
+        self._swept_at: datetime | None = None
+        self._leased_at: datetime | None = None
+        self._seen_queues: set[str] = set()
         self._stopping = False
         self._candidates: dict[str, list[Job]] = {}
 
@@ -165,9 +169,12 @@ class Reconciler:
         self._apply_launches(counters)
         await self._apply_inbox(now, counters)
         self._mark_timeouts(now, counters)
-        await self._sweep_inbox(now)
-        counters.add("expired", len(await self.store.job_expired_sweep(
-            now=now, limit=EXPIRY_SWEEP_LIMIT)))
+        if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
+            # the backlog sweeps run at most once a second, not on every early wake
+            self._swept_at = now
+            await self._sweep_inbox(now)
+            counters.add("expired", len(await self.store.job_expired_sweep(
+                now=now, limit=EXPIRY_SWEEP_LIMIT)))
         chosen = await self._select(queues, now, counters)
         await self._persist(queues, now, counters)
         if not self._stopping:
@@ -184,8 +191,15 @@ class Reconciler:
 
     async def _leases(self, queues: Mapping[str, QueueRecord], now: datetime,
                       counters: _Counters) -> None:
+        """Acquire and renew leases: on a third of the lease time, or at once when a
+        queue appeared or went away (early wake-ups do not renew each time)."""
+        renew_every = timedelta(seconds=self.config.lease_seconds / 3)
+        if (self._leased_at is not None and now - self._leased_at < renew_every
+                and set(queues) == self._seen_queues):
+            return
         held = await self.store.lease_acquire_many(
             queues=list(queues), owner=self.owner, now=now, seconds=self.config.lease_seconds)
+        self._leased_at, self._seen_queues = now, set(queues)
         for lost in self.held - held:
             log.warning("lost the lease on queue %s", lost, extra={"action": "lease_lost"})
             self.batch = {k: e for k, e in self.batch.items() if k[0] != lost}
@@ -453,13 +467,15 @@ class Reconciler:
                               counters: _Counters) -> list[str]:
         known = {j.id for j in candidates}
         launch: list[str] = []
+        chosen: set[str] = set()
         for job in decision.launch:
-            if job.id in known and job.id not in launch:
+            if job.id in known and job.id not in chosen:
+                chosen.add(job.id)
                 launch.append(job.id)
         reschedule = {i: at for i, at in decision.reschedule.items()
-                      if i in known and i not in launch}
+                      if i in known and i not in chosen}
         drop = {i: r for i, r in decision.drop.items()
-                if i in known and i not in launch and i not in reschedule}
+                if i in known and i not in chosen and i not in reschedule}
         if reschedule:
             counters.add("rescheduled", await self.store.job_reschedule_many(
                 queue=queue, run_ats=reschedule, now=now))

@@ -34,13 +34,19 @@ class EnqueueRequest(BaseModel):
 
     def body_hash(self) -> str:
         """A stable digest of the request: equal bodies make an idempotent repeat."""
-        body = self.model_dump(mode="json")
+        body = self.model_dump(mode="json", exclude=_NOT_HASHED)
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
 
 class BatchItem(EnqueueRequest):
+    """One item of a batch enqueue: a request with its job id (not part of the
+    body hash, so a batch item and a PUT of the same body are the same job)."""
+
     id: JobId
+
+
+_NOT_HASHED = {"id"}
 
 
 class ResponseRequest(BaseModel):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -43,6 +45,7 @@ from hipq.throttling import build_throttler, field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
+QUEUE_CACHE_SECONDS = 1.0  # how stale an enqueue may see a queue changed by another daemon
 
 
 def new_job_id() -> str:
@@ -55,6 +58,8 @@ class Hipq:
         self.store = store
         self.clock = clock or SystemClock()
         self.on_work = on_work
+        # queue settings for enqueues, read at most once per QUEUE_CACHE_SECONDS
+        self._configs: dict[str, tuple[float, QueueConfig]] = {}
 
     def _wake(self) -> None:
         if self.on_work is not None:
@@ -66,6 +71,7 @@ class Hipq:
         """Create or update a queue. Returns True if it was created."""
         validate_queue(config)
         created = await self.store.queue_upsert(config, now=self.clock.now())
+        self._configs.pop(config.id, None)
         self._wake()
         return created
 
@@ -75,12 +81,25 @@ class Hipq:
             raise QueueNotFound(queue)
         return record
 
+    async def _enqueue_config(self, queue: str) -> QueueConfig:
+        """The queue's settings for an enqueue: cached briefly (a busy API would
+        otherwise read and re-validate them once per request). A change made through
+        this service is seen at once, one made elsewhere within QUEUE_CACHE_SECONDS."""
+        now = time.monotonic()
+        cached = self._configs.get(queue)
+        if cached is not None and now - cached[0] < QUEUE_CACHE_SECONDS:
+            return cached[1]
+        config = (await self.get_queue(queue)).config
+        self._configs[queue] = (now, config)
+        return config
+
     async def list_queues(self) -> list[QueueRecord]:
         return await self.store.queue_list()
 
     async def set_paused(self, queue: str, paused: bool) -> QueueRecord:
         if not await self.store.queue_set_paused(queue, paused, now=self.clock.now()):
             raise QueueNotFound(queue)
+        self._configs.pop(queue, None)
         self._wake()
         return await self.get_queue(queue)
 
@@ -103,13 +122,15 @@ class Hipq:
     async def enqueue_many(self, queue: str,
                            items: Sequence[tuple[str, EnqueueRequest]]) -> list[InsertOutcome]:
         """Enqueue many jobs in few statements; one outcome per item, in order."""
-        config = (await self.get_queue(queue)).config
+        config = await self._enqueue_config(queue)
         now = self.clock.now()
         results: dict[int, InsertOutcome] = {}
         jobs: list[tuple[int, Job]] = []
+        tokens = os.urandom(16 * len(items)).hex()  # one system call per batch
         for index, (job_id, request) in enumerate(items):
             try:
-                jobs.append((index, build_job(config, job_id, request, now)))
+                jobs.append((index, build_job(config, job_id, request, now,
+                                              token=tokens[32 * index:32 * index + 32])))
             except ValidationError as exc:
                 results[index] = InsertOutcome(id=job_id, status=InsertStatus.INVALID,
                                                error=str(exc))
@@ -259,8 +280,9 @@ def validate_queue(config: QueueConfig) -> None:
 
 
 def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
-              now: datetime) -> Job:
-    """A new queued job from an enqueue request, under the queue's settings."""
+              now: datetime, *, token: str | None = None) -> Job:
+    """A new queued job from an enqueue request, under the queue's settings.
+    ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
     if not _JOB_ID.match(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-]")
@@ -289,7 +311,8 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
         group_key=(field_value(request.data, config.quotas.field)
                    if config.quotas is not None else None),
         attempt=0, max_attempts=config.attempts,
-        created_at=now, updated_at=now, token=uuid.uuid4().hex, body_hash=request.body_hash(),
+        created_at=now, updated_at=now, token=token or uuid.uuid4().hex,
+        body_hash=request.body_hash(),
     )
 
 

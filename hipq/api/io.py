@@ -39,7 +39,8 @@ def parse_json(raw: bytes) -> Any:
         value = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}"[:300]) from None
-    _check_text(value)
+    if b"\\u0000" in raw:  # a NUL can only come escaped (raw control characters are invalid)
+        _check_text(value)
     return value
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,6 +56,29 @@ def _pg_type(column: sa.Column[Any]) -> str:
 JOB_COLUMNS = [c.name for c in s.jobs.columns]
 _JOB_TYPES = {c.name: _pg_type(c) for c in s.jobs.columns}
 JSON_COLUMNS = frozenset(name for name, kind in _JOB_TYPES.items() if kind == "jsonb")
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A SQLAlchemy statement compiled once for asyncpg: its text and its parameters
+    in order, with the values it was built with (``params`` replaces some)."""
+
+    sql: str
+    names: tuple[str, ...]
+    values: dict[str, Any]
+
+    def params(self, replace: dict[str, Any]) -> list[Any]:
+        return [replace[n] if n in replace else self.values[n] for n in self.names]
+
+
+def compile_select(stmt: sa.Select[Any], dialect: Any) -> Compiled:
+    compiled = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    names = tuple(compiled.positiontup or ())
+    values = compiled.construct_params()
+    processors: dict[str, Any] = dict(compiled._bind_processors)  # type adaptations
+    return Compiled(sql=compiled.string, names=names,
+                    values={n: processors[n](v) if n in processors else v
+                            for n, v in values.items()})
 
 
 def to_json(value: Any) -> str | None:
@@ -87,14 +112,12 @@ INSERT_JOBS = (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) SELECT {_INSERT_SEL
                f"FROM {_INSERT_FROM} ON CONFLICT DO NOTHING RETURNING queue, id")
 
 
-def job_columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
-    """Column arrays (JSON columns as text) for :data:`INSERT_JOBS`."""
+def job_columns(jobs: Sequence[Any]) -> list[list[Any]]:
+    """Column arrays of these jobs (JSON columns as text) for :data:`INSERT_JOBS`."""
     out: list[list[Any]] = []
     for name in JOB_COLUMNS:
-        if name in JSON_COLUMNS:
-            out.append([to_json(r[name]) for r in rows])
-        else:
-            out.append([r[name] for r in rows])
+        values = list(map(attrgetter(name), jobs))
+        out.append([to_json(v) for v in values] if name in JSON_COLUMNS else values)
     return out
 
 

@@ -58,6 +58,8 @@ _TRANSIENT: tuple[type[BaseException], ...] = (OperationalError, OSError, Connec
                                               *_DRIVER_TRANSIENT)
 
 INSERT_CHUNK = 500  # rows per INSERT statement (stays under bind-parameter limits)
+_DUE_NOW, _DUE_LIMIT = "due_now", "due_limit"  # the parameters of a due query that vary
+DUE_SQL_CACHE = 256  # compiled due queries kept (one per queue and fetch shape)
 _JOB_FIELDS = [c.name for c in s.jobs.columns]
 
 
@@ -104,6 +106,7 @@ class SQLStore:
         self.engine = engine
         self.is_postgres = engine.dialect.name == "postgresql"
         self._insert = postgresql.insert if self.is_postgres else sqlite.insert
+        self._due_sql: dict[tuple[Any, ...], pg.Compiled] = {}
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -277,8 +280,7 @@ class SQLStore:
         fresh = [job for job in unique if job.key not in archived]
         inserted: set[tuple[str, str]] = set()
         if fresh:
-            rows = await db.fetch(pg.INSERT_JOBS,
-                                  *pg.job_columns([_job_values(j) for j in fresh]))
+            rows = await db.fetch(pg.INSERT_JOBS, *pg.job_columns(fresh))
             inserted = {(r["queue"], r["id"]) for r in rows}
         existing = dict(archived)
         for queue, ids in by_queue.items():
@@ -424,10 +426,12 @@ class SQLStore:
         order = ((t.c.run_at, t.c.priority, t.c.id)
                  if ordering is Ordering.TIME_THEN_PRIORITY or critical_only
                  else (t.c.priority, t.c.run_at, t.c.id))
-        stmt = (sa.select(t).where(t.c.queue == queue, t.c.status == s.QUEUED, t.c.run_at <= now,
+        due_now = sa.bindparam(_DUE_NOW, now, type_=s.UTCDateTime)
+        stmt = (sa.select(t).where(t.c.queue == queue, t.c.status == s.QUEUED,
+                                   t.c.run_at <= due_now,
                                    sa.or_(t.c.ordering_key.is_(None),
-                                          ~self._key_blocked(now, key_mode)))
-                .order_by(*order).limit(limit))
+                                          ~self._key_blocked(due_now, key_mode)))
+                .order_by(*order).limit(sa.bindparam(_DUE_LIMIT, limit, type_=sa.Integer)))
         if critical_only:
             stmt = stmt.where(t.c.critical == sa.true())
         if group is not None:
@@ -438,7 +442,7 @@ class SQLStore:
         return stmt
 
     @staticmethod
-    def _key_blocked(now: datetime, key_mode: str) -> sa.Exists:
+    def _key_blocked(now: Any, key_mode: str) -> sa.Exists:
         t, k = s.jobs, s.jobs.alias("key_head")
         earlier = sa.and_(k.c.status == s.QUEUED,
                           sa.tuple_(k.c.key_order_at, k.c.id) < sa.tuple_(t.c.key_order_at, t.c.id))
@@ -453,11 +457,28 @@ class SQLStore:
                             default_group_excluding: Sequence[str] | None = None,
                             key_mode: str = "strict") -> list[Job]:
         """Due queued jobs of one queue in the queue's order (an index scan, bounded)."""
-        stmt = self.due_query(queue=queue, now=now, limit=limit, ordering=ordering,
-                              critical_only=critical_only, group=group,
-                              default_group_excluding=default_group_excluding, key_mode=key_mode)
+        def build() -> sa.Select[Any]:
+            return self.due_query(queue=queue, now=now, limit=limit, ordering=ordering,
+                                  critical_only=critical_only, group=group,
+                                  default_group_excluding=default_group_excluding,
+                                  key_mode=key_mode)
+
+        if self.is_postgres:
+            shape = (queue, ordering, critical_only, group,
+                     None if default_group_excluding is None else tuple(default_group_excluding),
+                     key_mode)
+            compiled = self._due_sql.get(shape)
+            if compiled is None:
+                if len(self._due_sql) >= DUE_SQL_CACHE:  # queues come and go: stay bounded
+                    self._due_sql.clear()
+                compiled = self._due_sql[shape] = pg.compile_select(build(), self.engine.dialect)
+            async with self._tx() as conn:
+                db = await pg.driver(conn)
+                rows = await db.fetch(compiled.sql, *compiled.params(
+                    {_DUE_NOW: now, _DUE_LIMIT: limit}))
+            return [_job_record(r) for r in rows]
         async with self._tx() as conn:
-            return [_job(r) for r in await conn.execute(stmt)]
+            return [_job(r) for r in await conn.execute(build())]
 
     async def launch_events_recent(self, *, queue: str, since: datetime) -> dict[str,
                                                                                   list[datetime]]:

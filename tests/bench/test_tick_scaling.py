@@ -2,7 +2,7 @@
 
 Not a timing test (``bench/tick_scaling.py`` measures that). With 20,000 queued
 rows loaded and ``ANALYZE``d, the statements the reconcile loop sends to select
-and claim work are captured as they leave SQLAlchemy (the exact SQL and driver
+and claim work are captured as they leave for the driver (the exact SQL and driver
 parameters of ``job_fetch_due``, ``job_mark_running_many`` and
 ``job_expired_sweep``) and ``EXPLAIN``ed with the same parameters: they must read
 ``jobs`` through an index (the due-jobs fetch through its partial index, in the
@@ -131,18 +131,34 @@ async def raw(backlog_db: str) -> AsyncIterator[asyncpg.Connection]:
 
 @contextmanager
 def captured(store: SQLStore) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    """The (SQL, driver parameters) of every statement the store sends meanwhile."""
+    """The (SQL, driver parameters) of every statement the store sends meanwhile:
+    through SQLAlchemy (its cursor events) or straight to asyncpg (``hipq.store.pg``;
+    asyncpg's query logger on every connection checked out meanwhile)."""
     seen: list[tuple[str, tuple[Any, ...]]] = []
+    hooked: list[Any] = []
 
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        seen.append((statement, tuple(parameters or ())))
+    def record(query: Any) -> None:
+        seen.append((query.query, tuple(query.args or ())))
+
+    def checkout(dbapi_connection: Any, *_: Any) -> None:
+        driver = dbapi_connection._connection
+        if driver not in hooked:
+            driver.add_query_logger(record)
+            hooked.append(driver)
+
+    def statement(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
+        seen.append((sql, tuple(parameters or ())))  # SQLAlchemy's: prepared, not logged
 
     engine = store.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
+    event.listen(engine.pool, "checkout", checkout)
+    event.listen(engine, "before_cursor_execute", statement)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", record)
+        event.remove(engine.pool, "checkout", checkout)
+        event.remove(engine, "before_cursor_execute", statement)
+        for driver in hooked:
+            driver.remove_query_logger(record)
 
 
 def only(seen: list[tuple[str, tuple[Any, ...]]], prefix: str) -> tuple[str, tuple[Any, ...]]:
@@ -172,6 +188,8 @@ def literal(value: Any) -> str:
         value = value.isoformat()
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(literal(v) for v in value) + "]"
     raise TypeError(f"no literal for {value!r}")
 
 
@@ -265,7 +283,7 @@ async def test_claim_reads_jobs_by_primary_key(pg_store: SQLStore,
             queue=QUEUE, ids=[j.id for j in due], now=NOW, owner="plan-test",
             heartbeat_seconds=None)
     assert len(claimed) == LIMIT
-    sql, params = only(seen, "UPDATE jobs")
+    sql, params = only(seen, "WITH chosen")
     await raw.execute("ANALYZE jobs")
     plan = await explain(raw, sql, params)
     assert_indexed(plan, "jobs_pkey")
