@@ -60,7 +60,8 @@ async def run_lifecycle(server: str, workdir: Path, args: argparse.Namespace,
         if target == "python" or args.sync_single:
             out[f"{target}_single"] = await hs.lifecycle(
                 server, workdir, target=target, mode="single", in_flight=args.single_in_flight,
-                name=f"lc_{target}_single", **{**common, "jobs": args.single_jobs})
+                name=f"lc_{target}_single", py_spy=args.py_spy and target == "python",
+                **{**common, "jobs": args.single_jobs})
     if not args.sync_single:
         notes.append("single-PUT enqueue ran with the python target only (the enqueue path "
                      "does not depend on the target; --sync-single adds the HTTP sync run, "

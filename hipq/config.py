@@ -183,7 +183,7 @@ class QueueConfig(_Strict):
 
 class DatabaseConfig(_Strict):
     url: str = DEFAULT_DATABASE_URL
-    pool_size: int = Field(default=10, ge=1)
+    pool_size: int = Field(default=20, ge=1)
     notify: bool = True
 
 

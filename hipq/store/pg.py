@@ -108,8 +108,13 @@ def _unnest(columns: Sequence[str], types: dict[str, str], start: int = 1) -> tu
 
 
 _INSERT_FROM, _INSERT_SELECT = _unnest(JOB_COLUMNS, _JOB_TYPES)
+# New jobs, except ids already taken, live (the conflict) or archived (the NOT EXISTS):
+# those are answered from what is stored, which is only read when something was not
+# inserted.
 INSERT_JOBS = (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) SELECT {_INSERT_SELECT} "
-               f"FROM {_INSERT_FROM} ON CONFLICT DO NOTHING RETURNING queue, id")
+               f"FROM {_INSERT_FROM} WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a "
+               f"WHERE a.queue = u.queue AND a.id = u.id) "
+               f"ON CONFLICT DO NOTHING RETURNING queue, id")
 
 
 def job_columns(jobs: Sequence[Any]) -> list[list[Any]]:

@@ -270,24 +270,17 @@ class SQLStore:
         """One INSERT of column arrays; an id already archived is not inserted (it is
         answered as a repeat of the archived job)."""
         db = await pg.driver(conn)
-        by_queue: dict[str, list[str]] = {}
+        rows = await db.fetch(pg.INSERT_JOBS, *pg.job_columns(unique))
+        inserted = {(r["queue"], r["id"]) for r in rows}
+        missing: dict[str, list[str]] = {}
         for job in unique:
-            by_queue.setdefault(job.queue, []).append(job.id)
-        archived: dict[tuple[str, str], Job] = {}
-        for queue, ids in by_queue.items():
-            for r in await db.fetch(pg.ARCHIVED_BY_IDS, queue, ids):
-                archived[(r["queue"], r["id"])] = _job_record(r)
-        fresh = [job for job in unique if job.key not in archived]
-        inserted: set[tuple[str, str]] = set()
-        if fresh:
-            rows = await db.fetch(pg.INSERT_JOBS, *pg.job_columns(fresh))
-            inserted = {(r["queue"], r["id"]) for r in rows}
-        existing = dict(archived)
-        for queue, ids in by_queue.items():
-            missing = [i for i in ids if (queue, i) not in inserted and (queue, i) not in archived]
-            if missing:
-                for r in await db.fetch(pg.LIVE_BY_IDS, queue, missing):
-                    existing[(r["queue"], r["id"])] = _job_record(r)
+            if job.key not in inserted:
+                missing.setdefault(job.queue, []).append(job.id)
+        existing: dict[tuple[str, str], Job] = {}
+        for queue, ids in missing.items():  # repeats: what is stored, archived or live
+            for sql in (pg.ARCHIVED_BY_IDS, pg.LIVE_BY_IDS):
+                for r in await db.fetch(sql, queue, ids):
+                    existing.setdefault((r["queue"], r["id"]), _job_record(r))
         return {job.key: self._insert_outcome(job, inserted, existing) for job in unique}
 
     async def job_merge(self, job: Job) -> InsertOutcome:
@@ -1100,7 +1093,9 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         # connection found dead fails its transaction (a TransientStoreError the
         # caller retries), and SQLAlchemy then invalidates the whole pool, so the
         # next checkout after a database restart gets a fresh connection.
-        return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size,
+        # A small overflow: connections beyond pool_size are closed when returned, and
+        # a busy API would otherwise open (and TLS-probe) a new connection per request.
+        return create_async_engine(url, pool_size=pool_size, max_overflow=max(pool_size // 4, 1),
                                    connect_args={"timeout": 10})
     raise StoreError(f"unsupported database URL {url.split(':', 1)[0]!r}: "
                      "use sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")
