@@ -27,9 +27,8 @@ from common import (
     log,
     pcts,
 )
-from tick_scaling import insert_jobs_sql
 
-from hipq.store import open_store
+from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
 POLL_SECONDS = 0.1
 
@@ -332,20 +331,16 @@ async def memory(server: str, workdir: Path, *, queued: int, running: int,
                  within: float) -> dict[str, Any]:
     """Peak RSS of ``hipq run`` with ``queued`` jobs waiting and ``running`` jobs launched
     to a downstream that accepts (202) and never calls back. The jobs are bulk-loaded
-    with SQL (the loader of bench/tick_scaling.py) into a paused queue of concurrency
+    with SQL (hipq.testing.bulk_insert_jobs_sql) into a paused queue of concurrency
     ``running``; the daemon starts, idles 3 s, the queue is resumed, and it runs until
     ``running`` launches are confirmed, then 6 s more (one interval tick at least)."""
     db = "bench_memory"
     url = await fresh_database(server, db)
     queue = "mem"
-    store = await open_store(url.replace("postgresql://", "postgresql+asyncpg://", 1))
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrate_database(url)
     conn = await asyncpg.connect(url)
     t_load = time.monotonic()
-    await conn.execute(insert_jobs_sql(), queue, datetime.now(UTC), 1, queued + running)
+    await conn.execute(bulk_insert_jobs_sql(), queue, datetime.now(UTC), 1, queued + running)
     await conn.execute("ANALYZE")
     load_s = time.monotonic() - t_load
     load_before = loadavg()

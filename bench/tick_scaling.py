@@ -48,62 +48,11 @@ from hipq.config import QueueConfig, ReconcileConfig
 from hipq.reconciler import Reconciler
 from hipq.service import Hipq
 from hipq.store import SQLStore, open_store
-from hipq.store import schema as s
-from hipq.testing import MemoryTarget, succeed
+from hipq.testing import MemoryTarget, bulk_insert_jobs_sql, succeed
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "bench"
 CONCURRENCY = 100
-
-# One SQL expression per column of ``jobs`` for row number ``i`` (from generate_series).
-# Checked against hipq/store/schema.py at run time (a new NOT NULL column fails loudly;
-# other columns not listed here are NULL).
-# Jobs are spread over the past day (all due), over 5 priorities, like a real backlog.
-JOB_COLUMN_SQL: dict[str, str] = {
-    "queue": "$1::text",
-    "id": "'job-' || lpad(i::text, 8, '0')",
-    "token": "md5('token' || i::text)",
-    "status": "'queued'",
-    "data": "jsonb_build_object('n', i)",
-    "run_at": "$2::timestamptz - make_interval(secs => (i * 7919) % 86400)",
-    "expires_at": "NULL",
-    "priority": "100 + (i % 5) * 10",
-    "weight": "1",
-    "critical": "false",
-    "time_windows": "NULL",
-    "timezone": "NULL",
-    "timeout_seconds": "3600.0",
-    "correlation_key": "NULL",
-    "correlation_fixed": "false",
-    "ordering_key": "NULL",
-    "attempt": "0",
-    "max_attempts": "3",
-    "created_at": "$2::timestamptz",
-    "updated_at": "$2::timestamptz",
-    "launched_at": "NULL",
-    "deadline": "NULL",
-    "owner": "NULL",
-    "launch_confirmed": "false",
-    "result": "NULL",
-    "error": "NULL",
-    "replay_of": "NULL",
-    "body_hash": "md5('body' || i::text)",
-}
-
-
-def insert_jobs_sql() -> str:
-    """``INSERT INTO jobs ... SELECT ... FROM generate_series($3, $4) AS i``; columns
-    not in JOB_COLUMN_SQL must be nullable and are left NULL."""
-    columns = [c.name for c in s.jobs.columns]
-    missing = [c.name for c in s.jobs.columns if not c.nullable and c.name not in JOB_COLUMN_SQL]
-    unknown = sorted(set(JOB_COLUMN_SQL) - set(columns))
-    if missing or unknown:
-        raise SystemExit(f"bench loader is out of date with hipq/store/schema.py: "
-                         f"NOT NULL columns missing {missing}, unknown columns {unknown}")
-    values = ", ".join(JOB_COLUMN_SQL.get(c, "NULL") for c in columns)
-    return (f"INSERT INTO jobs ({', '.join(columns)}) "
-            f"SELECT {values} FROM generate_series($3::bigint, $4::bigint) AS i")
-
 
 def label(n: int) -> str:
     if n >= 1_000_000 and n % 1_000_000 == 0:
@@ -216,7 +165,7 @@ async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
     service = Hipq(store, clock=clock)
     await service.create_queue(QueueConfig(id=QUEUE, concurrency=CONCURRENCY,
                                            target={"kind": "memory", "name": "t"}))
-    insert = insert_jobs_sql()
+    insert = bulk_insert_jobs_sql()
     started = time.perf_counter()
     await raw.execute(insert, QUEUE, clock.now(), 1, size)
     await raw.execute("ANALYZE")

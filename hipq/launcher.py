@@ -60,10 +60,6 @@ class Launcher:
         self._outcomes: list[LaunchResult] = []
         self._flush_lock = asyncio.Lock()
 
-    def launch(self, target: Target, job: Job) -> None:
-        """Send ``job`` in the background."""
-        self.launch_many([(target, job)])
-
     def launch_many(self, launches: Sequence[tuple[Target, Job]]) -> None:
         """Send these jobs in the background, in order, ``concurrency`` at a time
         (one worker task per slot, not one task per job)."""
@@ -107,8 +103,7 @@ class Launcher:
             if not confirm:
                 return
             try:
-                await self.store.launch_results_record(
-                    confirm=confirm, responses=[], owner=self.owner, now=self.clock.now())
+                await self.store.job_confirm_launch_many(keys=confirm, owner=self.owner)
             except HipqError:
                 log.exception("could not confirm %d launches; will retry", len(confirm))
                 self._confirm[:0] = confirm

@@ -1,4 +1,5 @@
-"""Helpers for tests and embedding: a fake clock and an in-memory target."""
+"""Helpers for tests, benchmarks and embedding: a fake clock, an in-memory target,
+a bulk loader of queued jobs (PostgreSQL) and a one-call migration."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from hipq.jobs import Job
 from hipq.targets.base import Accepted, Completed, LaunchOutcome
 
-__all__ = ["FakeClock", "MemoryTarget"]
+__all__ = ["FakeClock", "MemoryTarget", "bulk_insert_jobs_sql", "migrate_database"]
 
 
 class FakeClock:
@@ -70,3 +71,57 @@ class MemoryTarget:
 def succeed(job: Job) -> Completed:
     """A MemoryTarget behaviour: every launch succeeds at once."""
     return Completed(status="succeeded", result={"echo": job.id})
+
+
+# One SQL expression per column of ``jobs`` for row number ``i`` (from
+# generate_series): jobs spread over the past day (all due), over 5 priorities, like
+# a real backlog. $1 is the queue, $2 "now".
+BULK_JOB_COLUMNS: dict[str, str] = {
+    "queue": "$1::text",
+    "id": "'job-' || lpad(i::text, 8, '0')",
+    "token": "md5('token' || i::text)",
+    "status": "'queued'",
+    "data": "jsonb_build_object('n', i)",
+    "run_at": "$2::timestamptz - make_interval(secs => (i * 7919) % 86400)",
+    "priority": "100 + (i % 5) * 10",
+    "weight": "1",
+    "critical": "false",
+    "timeout_seconds": "3600.0",
+    "correlation_fixed": "false",
+    "attempt": "0",
+    "max_attempts": "3",
+    "created_at": "$2::timestamptz",
+    "updated_at": "$2::timestamptz",
+    "launch_confirmed": "false",
+    "body_hash": "md5('body' || i::text)",
+}
+
+
+def bulk_insert_jobs_sql(**overrides: str) -> str:
+    """``INSERT INTO jobs ... SELECT ... FROM generate_series($3, $4) AS i`` (PostgreSQL;
+    $1 queue, $2 now): millions of queued jobs in one statement. ``overrides``
+    replace column expressions; columns named nowhere are NULL, and the schema is
+    checked (a new NOT NULL column, or an unknown one, fails loudly)."""
+    from hipq.store import schema as s
+
+    exprs = {**BULK_JOB_COLUMNS, **overrides}
+    columns = [c.name for c in s.jobs.columns]
+    missing = [c.name for c in s.jobs.columns if not c.nullable and c.name not in exprs]
+    unknown = sorted(set(exprs) - set(columns))
+    if missing or unknown:
+        raise ValueError(f"bulk loader out of date with hipq/store/schema.py: NOT NULL "
+                         f"columns missing {missing}, unknown columns {unknown}")
+    values = ", ".join(exprs.get(c, "NULL") for c in columns)
+    return (f"INSERT INTO jobs ({', '.join(columns)}) "
+            f"SELECT {values} FROM generate_series($3::bigint, $4::bigint) AS i")
+
+
+async def migrate_database(url: str) -> int:
+    """Create or upgrade the schema at ``url``; the schema version."""
+    from hipq.store import open_store
+
+    store = await open_store(url)
+    try:
+        return await store.migrate()
+    finally:
+        await store.close()

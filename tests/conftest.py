@@ -21,7 +21,7 @@ import hypothesis
 import pytest
 
 from hipq.store import SQLStore, open_store
-from hipq.testing import FakeClock
+from hipq.testing import FakeClock, migrate_database
 
 # CI replays the same examples on every run (a red CI is then a real regression,
 # reproducible locally with HYPOTHESIS_PROFILE=ci); developers get fresh ones.
@@ -101,11 +101,7 @@ async def pg_template(pg_url: str) -> AsyncIterator[str]:
     """Name of a migrated template database, made once per session."""
     await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)",
                  f"CREATE DATABASE {TEMPLATE_DB}")
-    store = await open_store(_with_database(pg_url, TEMPLATE_DB, driver="+asyncpg"))
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrate_database(_with_database(pg_url, TEMPLATE_DB, driver="+asyncpg"))
     yield TEMPLATE_DB
     await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
 
@@ -133,11 +129,7 @@ async def _migrated_url(backend: str, request: pytest.FixtureRequest,
     """A fresh migrated database URL on ``backend``."""
     if backend == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path}/hipq.db"
-        store = await open_store(url)
-        try:
-            await store.migrate()
-        finally:
-            await store.close()
+        await migrate_database(url)
         yield url
         return
     pg_url = request.getfixturevalue("pg_url")  # already set up by ``backend``

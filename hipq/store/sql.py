@@ -60,36 +60,16 @@ _TRANSIENT: tuple[type[BaseException], ...] = (OperationalError, OSError, Connec
 INSERT_CHUNK = 500  # rows per INSERT statement (stays under bind-parameter limits)
 _DUE_NOW, _DUE_LIMIT = "due_now", "due_limit"  # the parameters of a due query that vary
 DUE_SQL_CACHE = 256  # compiled due queries kept (one per queue and fetch shape)
-_JOB_FIELDS = [c.name for c in s.jobs.columns]
+_JOB_FIELDS = pg.JOB_COLUMNS
 
 
 def _job(row: Any) -> Job:
-    m = row._mapping
-    values = {name: m[name] for name in _JOB_FIELDS}
+    """A Job from a row of ``jobs`` or ``archived_jobs``: a mapping (an asyncpg
+    record, or a SQLAlchemy row's ``_mapping``)."""
+    values = {name: row[name] for name in _JOB_FIELDS}
     values["status"] = JobState(values["status"])
-    if "finished_at" in m:
-        values["finished_at"] = m["finished_at"]
+    values["finished_at"] = row.get("finished_at")
     return Job(**values)
-
-
-def _job_record(record: Any) -> Job:
-    """A Job from an asyncpg record of ``jobs`` or ``archived_jobs`` (PostgreSQL)."""
-    values = {name: record[name] for name in _JOB_FIELDS}
-    values["status"] = JobState(values["status"])
-    values["finished_at"] = record.get("finished_at")
-    return Job(**values)
-
-
-class _Attrs:
-    """Attribute access over an asyncpg record (for helpers written for SQLAlchemy rows)."""
-
-    __slots__ = ("_record",)
-
-    def __init__(self, record: Any) -> None:
-        self._record = record
-
-    def __getattr__(self, name: str) -> Any:
-        return self._record[name]
 
 
 def _job_values(job: Job) -> dict[str, Any]:
@@ -280,7 +260,7 @@ class SQLStore:
         for queue, ids in missing.items():  # repeats: what is stored, archived or live
             for sql in (pg.ARCHIVED_BY_IDS, pg.LIVE_BY_IDS):
                 for r in await db.fetch(sql, queue, ids):
-                    existing.setdefault((r["queue"], r["id"]), _job_record(r))
+                    existing.setdefault((r["queue"], r["id"]), _job(r))
         return {job.key: self._insert_outcome(job, inserted, existing) for job in unique}
 
     async def job_merge(self, job: Job) -> InsertOutcome:
@@ -299,7 +279,7 @@ class SQLStore:
                 stmt = stmt.with_for_update()
             row = (await conn.execute(stmt)).first()
             if row is not None:
-                host = _job(row)
+                host = _job(row._mapping)
                 payloads = [*host.data.get("payloads", []), *job.data.get("payloads", [])]
                 merged = replace(host, data={**host.data, "payloads": payloads},
                                  updated_at=job.created_at)
@@ -355,7 +335,7 @@ class SQLStore:
             return {}
         rows = await conn.execute(sa.select(table).where(
             sa.tuple_(table.c.queue, table.c.id).in_(keys)))
-        return {(r.queue, r.id): _job(r) for r in rows}
+        return {(r.queue, r.id): _job(r._mapping) for r in rows}
 
     # -- reading jobs ------------------------------------------------------------
 
@@ -371,7 +351,7 @@ class SQLStore:
                     row = (await conn.execute(sa.select(table).where(
                         table.c.queue == queue, table.c.id == target))).first()
                     if row is not None:
-                        return _job(row)
+                        return _job(row._mapping)
         return None
 
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
@@ -399,7 +379,7 @@ class SQLStore:
         if status:
             stmt = stmt.where(t.c.status == status)
         async with self._tx() as conn:
-            return [_job(r) for r in await conn.execute(stmt)]
+            return [_job(r._mapping) for r in await conn.execute(stmt)]
 
     # -- the reconcile loop's reads and claims -----------------------------------
 
@@ -469,9 +449,9 @@ class SQLStore:
                 db = await pg.driver(conn)
                 rows = await db.fetch(compiled.sql, *compiled.params(
                     {_DUE_NOW: now, _DUE_LIMIT: limit}))
-            return [_job_record(r) for r in rows]
+            return [_job(r) for r in rows]
         async with self._tx() as conn:
-            return [_job(r) for r in await conn.execute(build())]
+            return [_job(r._mapping) for r in await conn.execute(build())]
 
     async def launch_events_recent(self, *, queue: str, since: datetime) -> dict[str,
                                                                                   list[datetime]]:
@@ -510,7 +490,7 @@ class SQLStore:
                                         rate_groups=rate_groups, known=known or {})
         new_key = t.c.token + "." + sa.cast(t.c.attempt + 1, sa.Text)
         async with self._tx() as conn:
-            claim = await self._lock_claimable(conn, queue, ids)
+            claim = list(ids)  # SQLite: BEGIN IMMEDIATE, a single writer (no row locks)
             if not claim:
                 return []
             stmt = (t.update().where(t.c.queue == queue, t.c.status == s.QUEUED,
@@ -527,7 +507,7 @@ class SQLStore:
                       for r in rows if rate_groups is not None and r.id in rate_groups]
             if events:  # these launches count against the queue's rate limit
                 await conn.execute(s.launch_events.insert(), events)
-        by_id = {row.id: _job(row) for row in rows}
+        by_id = {row.id: _job(row._mapping) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
 
     async def _claim_pg(self, *, queue: str, ids: Sequence[str], now: datetime, owner: str,
@@ -543,27 +523,13 @@ class SQLStore:
                 await conn.execute(s.launch_events.insert(), events)
             unknown = [r["id"] for r in claimed if r["id"] not in known]
             if unknown:
-                known = {**known, **{r["id"]: _job_record(r) for r in await db.fetch(
+                known = {**known, **{r["id"]: _job(r) for r in await db.fetch(
                     pg.LIVE_BY_IDS, queue, unknown)}}
         by_id = {r["id"]: known[r["id"]].evolve(
             status=JobState.RUNNING, attempt=r["attempt"], correlation_key=r["correlation_key"],
             deadline=r["deadline"], launched_at=now, owner=owner, launch_confirmed=False,
             updated_at=now) for r in claimed}
         return [by_id[i] for i in ids if i in by_id]
-
-    async def _lock_claimable(self, conn: AsyncConnection, queue: str,
-                              ids: Sequence[str]) -> list[str]:
-        """On PostgreSQL, lock the still-queued rows among ``ids`` (skipping rows
-        another transaction holds) in a statement of its own: as a subquery of the
-        UPDATE, a table without statistics yet gets a nested loop that re-runs the
-        locking scan once per row (seconds per tick on a fresh deployment)."""
-        if not self.is_postgres:
-            return list(ids)
-        t = s.jobs
-        rows = await conn.execute(sa.select(t.c.id).where(
-            t.c.queue == queue, t.c.id.in_(list(ids)), t.c.status == s.QUEUED)
-            .with_for_update(skip_locked=True))
-        return [r.id for r in rows]
 
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
                                       owner: str) -> int:
@@ -572,10 +538,18 @@ class SQLStore:
             return 0
         t = s.jobs
         async with self._tx() as conn:
-            result = await conn.execute(t.update().where(
-                sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(keys)),
-                t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
-        return int(result.rowcount)
+            if self.is_postgres:
+                db = await pg.driver(conn)
+                status = await db.execute(pg.CONFIRM, [q for q, _, _ in keys],
+                                          [i for _, i, _ in keys], [a for _, _, a in keys], owner)
+                return int(status.rsplit(" ", 1)[-1])
+            confirmed = 0
+            for chunk in _chunks(list(keys), INSERT_CHUNK):
+                result = await conn.execute(t.update().where(
+                    sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
+                    t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
+                confirmed += int(result.rowcount)
+        return confirmed
 
     async def job_load_running(self, *, queue: str) -> list[Job]:
         """The running jobs of a queue: what a new owner adopts."""
@@ -583,7 +557,7 @@ class SQLStore:
         async with self._tx() as conn:
             rows = await conn.execute(sa.select(t).where(t.c.queue == queue,
                                                          t.c.status == s.RUNNING))
-            return [_job(r) for r in rows]
+            return [_job(r._mapping) for r in rows]
 
     async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,
                              now: datetime) -> int:
@@ -625,8 +599,8 @@ class SQLStore:
             rows = (await conn.execute(t.delete().where(
                 t.c.queue == queue, t.c.id.in_(list(ends)), t.c.status == s.QUEUED)
                 .returning(*t.columns))).all()
-            archived = [replace(_job(r), status=JobState(ends[r.id][0]), error=ends[r.id][1],
-                                updated_at=now, finished_at=now) for r in rows]
+            archived = [_job(r._mapping).evolve(status=JobState(ends[r.id][0]), error=ends[r.id][1],
+                                                 updated_at=now, finished_at=now) for r in rows]
             await self._archive_insert(conn, archived)
         return archived
 
@@ -644,8 +618,9 @@ class SQLStore:
                 sa.tuple_(t.c.queue, t.c.id).in_([tuple(k) for k in keys]),
                 t.c.status == s.QUEUED).returning(*t.columns))).all()
             error = {"kind": "expired", "detail": "expires_at passed before launch"}
-            archived = [replace(_job(r), status=JobState.EXPIRED, error=error, updated_at=now,
-                                finished_at=now) for r in rows]
+            archived = [_job(r._mapping).evolve(status=JobState.EXPIRED, error=error,
+                                                 updated_at=now, finished_at=now)
+                        for r in rows]
             await self._archive_insert(conn, archived)
         return archived
 
@@ -762,9 +737,9 @@ class SQLStore:
                 t.c.owner == owner).returning(*t.columns))).all()
             for row in rows:
                 change = by_key[(row.queue, row.id)]
-                archived.append(replace(_job(row), status=JobState(change.status or "failed"),
-                                        result=change.result, error=change.error,
-                                        updated_at=now, finished_at=now))
+                archived.append(_job(row._mapping).evolve(
+                    status=JobState(change.status or "failed"), result=change.result,
+                    error=change.error, updated_at=now, finished_at=now))
         await self._archive_insert(conn, archived)
 
     async def _apply_requeues(self, conn: AsyncConnection, changes: Sequence[Change],
@@ -857,13 +832,13 @@ class SQLStore:
         if self.is_postgres:
             async with self._tx() as conn:
                 db = await pg.driver(conn)
-                return [self._inbox_row(_Attrs(r)) for r in
+                return [self._inbox_row(r) for r in
                         await db.fetch(pg.INBOX_PENDING_FOR_KEYS, list(keys))]
         async with self._tx() as conn:
             for chunk in _chunks(list(keys), INSERT_CHUNK):
                 rows = await conn.execute(sa.select(t).where(
                     t.c.applied_at.is_(None), t.c.correlation_key.in_(list(chunk))))
-                out.extend(self._inbox_row(r) for r in rows)
+                out.extend(self._inbox_row(r._mapping) for r in rows)
         out.sort(key=lambda r: r.id)
         return out
 
@@ -876,7 +851,7 @@ class SQLStore:
             rows = await conn.execute(sa.select(t).where(
                 t.c.applied_at.is_(None), t.c.id > after_id, t.c.received_at < before)
                 .order_by(t.c.id).limit(limit))
-            return [self._inbox_row(r) for r in rows]
+            return [self._inbox_row(r._mapping) for r in rows]
 
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:
@@ -904,36 +879,11 @@ class SQLStore:
 
     @staticmethod
     def _inbox_row(r: Any) -> InboxRow:
-        return InboxRow(id=r.id, correlation_key=r.correlation_key, attempt=r.attempt,
-                        status=r.status, retryable=r.retryable, result=r.result, error=r.error,
-                        extend_seconds=r.extend_seconds, source=r.source,
-                        received_at=r.received_at)
-
-    async def launch_results_record(self, *, confirm: Sequence[tuple[str, str, int]],
-                                    responses: Sequence[Response], owner: str,
-                                    now: datetime) -> None:
-        """After launches: mark them confirmed and write the outcomes targets gave
-        at once, in one transaction (so a confirmed launch with an immediate outcome
-        always has that outcome in the inbox)."""
-        if not confirm and not responses:
-            return
-        t = s.jobs
-        rows = [{"correlation_key": r.correlation_key, "attempt": r.attempt, "status": r.status,
-                 "retryable": r.retryable, "result": r.result, "error": r.error,
-                 "extend_seconds": r.extend_seconds, "source": r.source,
-                 "dedup_key": r.dedup_key, "received_at": now} for r in responses]
-        async with self._tx() as conn:
-            if self.is_postgres and confirm:
-                db = await pg.driver(conn)
-                await db.execute(pg.CONFIRM, [q for q, _, _ in confirm],
-                                 [i for _, i, _ in confirm], [a for _, _, a in confirm], owner)
-                confirm = []
-            for chunk in _chunks(list(confirm), INSERT_CHUNK):
-                await conn.execute(t.update().where(
-                    sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
-                    t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
-            if rows:
-                await conn.execute(s.response_inbox.insert(), rows)
+        """An InboxRow from a mapping (an asyncpg record or a SQLAlchemy ``_mapping``)."""
+        return InboxRow(id=r["id"], correlation_key=r["correlation_key"], attempt=r["attempt"],
+                        status=r["status"], retryable=r["retryable"], result=r["result"],
+                        error=r["error"], extend_seconds=r["extend_seconds"],
+                        source=r["source"], received_at=r["received_at"])
 
     async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
         """Live jobs by correlation key (for responses not matched in memory)."""
@@ -942,7 +892,7 @@ class SQLStore:
         t = s.jobs
         async with self._tx() as conn:
             rows = await conn.execute(sa.select(t).where(t.c.correlation_key.in_(list(keys))))
-            return {r.correlation_key: _job(r) for r in rows}
+            return {r.correlation_key: _job(r._mapping) for r in rows}
 
     async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
         """(queue, job id) of past tries by correlation key: the history of late responses."""

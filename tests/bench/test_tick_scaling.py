@@ -26,7 +26,7 @@ from sqlalchemy import event
 
 from hipq.jobs import Ordering
 from hipq.store import SQLStore, open_store
-from hipq.store import schema as s
+from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
 QUEUE = "bench"
 OTHER_QUEUE = "other"
@@ -34,50 +34,16 @@ BACKLOG = 20_000
 LIMIT = 100
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
-# SQL per ``jobs`` column for row ``i`` (checked against the schema; unlisted nullable
-# columns are NULL).
-# 10% of the jobs are not due yet, 5% are critical, 10% have a (future) expires_at.
-_COLUMNS: dict[str, str] = {
-    "queue": "$1::text",
-    "id": "'job-' || lpad(i::text, 8, '0')",
-    "token": "md5('token' || i::text)",
-    "status": "'queued'",
-    "data": "jsonb_build_object('n', i)",
-    "run_at": "$2::timestamptz + make_interval(secs => CASE WHEN i % 10 = 0 THEN 3600 "
-              "ELSE -((i * 7919) % 86400) END)",
-    "expires_at": "CASE WHEN i % 10 = 3 THEN $2::timestamptz + interval '1 day' END",
-    "priority": "100 + (i % 5) * 10",
-    "weight": "1",
-    "critical": "i % 20 = 7",
-    "time_windows": "NULL",
-    "timezone": "NULL",
-    "timeout_seconds": "3600.0",
-    "correlation_key": "NULL",
-    "correlation_fixed": "false",
-    "ordering_key": "NULL",
-    "attempt": "0",
-    "max_attempts": "3",
-    "created_at": "$2::timestamptz",
-    "updated_at": "$2::timestamptz",
-    "launched_at": "NULL",
-    "deadline": "NULL",
-    "owner": "NULL",
-    "launch_confirmed": "false",
-    "result": "NULL",
-    "error": "NULL",
-    "replay_of": "NULL",
-    "body_hash": "md5('body' || i::text)",
-}
 
 
 def _insert_sql() -> str:
-    columns = [c.name for c in s.jobs.columns]
-    missing = [c.name for c in s.jobs.columns if not c.nullable and c.name not in _COLUMNS]
-    assert not missing, f"test loader out of date with hipq/store/schema.py: {missing}"
-    assert set(_COLUMNS) <= set(columns), "test loader names columns jobs does not have"
-    return (f"INSERT INTO jobs ({', '.join(columns)}) "
-            f"SELECT {', '.join(_COLUMNS.get(c, 'NULL') for c in columns)} "
-            "FROM generate_series($3::bigint, $4::bigint) AS i")
+    """The shared bulk loader; 10% of the jobs are not due yet, 5% are critical, 10%
+    have a (future) expires_at."""
+    return bulk_insert_jobs_sql(
+        run_at="$2::timestamptz + make_interval(secs => CASE WHEN i % 10 = 0 THEN 3600 "
+               "ELSE -((i * 7919) % 86400) END)",
+        expires_at="CASE WHEN i % 10 = 3 THEN $2::timestamptz + interval '1 day' END",
+        critical="i % 20 = 7")
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +57,7 @@ async def backlog_db(pg_url: str) -> AsyncIterator[str]:
     finally:
         await server.close()
     url = f"{pg_url.rpartition('/')[0]}/{name}"
-    store = await open_store(url)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrate_database(url)
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(_insert_sql(), QUEUE, NOW, 1, BACKLOG)

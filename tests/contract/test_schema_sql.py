@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from hipq.errors import SchemaError
 from hipq.store import SQLStore, open_store
 from hipq.store.schema import SCHEMA_VERSION, render_postgres_ddl
+from hipq.testing import migrate_database
 
 SCHEMA_SQL = Path(__file__).resolve().parents[2] / "schema.sql"
 
@@ -78,11 +79,7 @@ async def _shape_after_file(url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 
 async def _shape_after_migrate(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    store = await open_store(url)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrate_database(url)
     conn = await asyncpg.connect(url)
     try:
         return await _shape(conn)

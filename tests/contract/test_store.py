@@ -522,27 +522,6 @@ async def test_inbox_pending_scan(store: SQLStore, clock: FakeClock) -> None:
     assert [r.correlation_key for r in rest] == ["c"]
 
 
-async def test_launch_results_record(store: SQLStore, clock: FakeClock) -> None:
-    await start(store, clock, make_job(clock, "j1"), make_job(clock, "j2"))
-
-    await store.launch_results_record(
-        confirm=[(Q, "j1", 1), (Q, "j2", 7)],
-        responses=[Response(correlation_key="tok-j1.1", source="target", result={"x": 1})],
-        owner=OWNER, now=clock.now())
-
-    assert (await get(store, "j1")).launch_confirmed is True
-    assert (await get(store, "j2")).launch_confirmed is False
-    [row] = await store.inbox_pending_for_keys(["tok-j1.1"])
-    assert (row.source, row.result, row.received_at) == ("target", {"x": 1}, clock.now())
-
-
-async def test_launch_results_record_checks_owner(store: SQLStore, clock: FakeClock) -> None:
-    await start(store, clock, make_job(clock, "j1"))
-    await store.launch_results_record(confirm=[(Q, "j1", 1)], responses=[], owner=OTHER,
-                                      now=clock.now())
-    assert (await get(store, "j1")).launch_confirmed is False
-
-
 # -- ending queued jobs -----------------------------------------------------------------
 
 
