@@ -32,7 +32,7 @@ from hipq.store import open_store
 
 
 async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
-              profile: str | None) -> dict[str, object]:
+              profile: str | None, analyze: bool = False) -> dict[str, object]:
     url = await fresh_database(server, "bench_engine")
     store = await open_store(url.replace("postgresql://", "postgresql+asyncpg://", 1))
     await store.migrate()
@@ -50,6 +50,9 @@ async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
     t0 = time.perf_counter()
     for start in range(0, jobs, chunk):
         await service.enqueue_many("q", requests[start:start + chunk])
+    if analyze:  # planner statistics, as a busy table has them
+        async with store.engine.connect() as conn:
+            await conn.exec_driver_sql("ANALYZE")
     t_enq = time.perf_counter()
     ticks = 0
     while True:
@@ -105,11 +108,14 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=1000)
     parser.add_argument("--fetch-limit", type=int, default=1000)
     parser.add_argument("--profile")
+    parser.add_argument("--analyze", action="store_true",
+                        help="ANALYZE after enqueueing (process a table with statistics)")
     parser.add_argument("--time-store", action="store_true")
     args = parser.parse_args()
     spent = _time_store() if args.time_store else None
     with postgres(args.url) as server:
-        out = asyncio.run(run(server, args.jobs, args.chunk, args.fetch_limit, args.profile))
+        out = asyncio.run(run(server, args.jobs, args.chunk, args.fetch_limit, args.profile,
+                             args.analyze))
     if spent is not None:
         out["store_s"] = {k: [round(v[0], 3), v[1]] for k, v in
                           sorted(spent.items(), key=lambda kv: -kv[1][0])}

@@ -111,7 +111,8 @@ async def run_latency(server: str, workdir: Path, args: argparse.Namespace) -> d
             name = ("early_wake_on" if wake else "early_wake_off") + (f"_{rate:g}" if i else "")
             out[name] = await hs.latency(server, workdir, early_wake=wake, rate=rate,
                                          seconds=args.latency_seconds,
-                                         warmup=args.latency_warmup, within=30)
+                                         warmup=args.latency_warmup, within=30,
+                                         py_spy=args.py_spy and wake)
     return out
 
 

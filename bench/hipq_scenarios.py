@@ -227,7 +227,8 @@ async def drain(server: str, workdir: Path, *, jobs: int, batch_size: int, in_fl
 
 
 async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
-                  seconds: float, warmup: float, within: float) -> dict[str, Any]:
+                  seconds: float, warmup: float, within: float,
+                  py_spy: bool = False) -> dict[str, Any]:
     """PUT one job every 1/rate s (open loop) into a queue with a callback-mode HTTP
     target; the downstream accepts (202) then calls back at once. enqueue->launch:
     just before the PUT -> the launch reaches the downstream. response->archived:
@@ -245,8 +246,9 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
         config = hipq_config(url, free_port(), [{
             "id": queue, "target": target_config("callback", down)}],
             reconcile={"early_wake": early_wake})
-        async with hipq_daemon(config, workdir, name) as daemon, aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=200)) as session:
+        async with hipq_daemon(config, workdir, name,
+                               py_spy=workdir if py_spy else None) as daemon, \
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as session:
             lag = await _offer(session, f"{daemon.base_url}/v1/jobs/{queue}", total, rate, sent,
                                answered)
             conn = await asyncpg.connect(url)

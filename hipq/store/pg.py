@@ -9,13 +9,15 @@ batch goes through the primary key whatever the statistics say, and work that
 only moves rows between tables (archiving, recording tries) stays inside the
 server: one round trip per step, no rows decoded in Python that it does not need.
 
-Guards are written so the planner joins through the primary key even on a table
-it has no statistics for: a ``status = ...`` condition would let it pick a partial
-index on the status (``ix_jobs_running``, ``ix_jobs_due_*``) matched on the queue
-alone and filter the whole running set or backlog once per batch row. The hot
-table holds only ``queued`` and ``running`` rows, and a job has an ``owner`` only
-while running, so ``owner = $me`` (with the attempt) says "running, ours, this
-try", and ``status <> 'running'`` says "queued".
+The statements reach rows of ``jobs`` through the primary key, one batch row at a
+time, whatever the planner statistics say (:func:`_locate`): a join between the
+batch and ``jobs`` lets the planner pick a plan from its estimates, and a guard
+such as ``owner = $me`` on a table analyzed while no job was running is estimated
+at one row, which gave a nested loop over the whole running set per batch row
+(half a second per 1,000-job archive). The hot table holds only ``queued`` and
+``running`` rows, and a job has an ``owner`` only while running, so ``owner = $me``
+(with the attempt) says "running, ours, this try", and ``status <> 'running'``
+says "queued".
 
 These functions take the asyncpg connection under an open SQLAlchemy transaction
 (:func:`driver`); they never commit. JSON values travel as text and are cast to
@@ -126,18 +128,46 @@ def job_columns(jobs: Sequence[Any]) -> list[list[Any]]:
     return out
 
 
+JOBS_BY_KEYS = "SELECT * FROM jobs WHERE correlation_key = ANY($1::text[])"
+
+_INBOX_COLUMNS = ["correlation_key", "attempt", "status", "retryable", "result", "error",
+                  "extend_seconds", "source", "dedup_key", "received_at"]
+_INBOX_TYPES = {c.name: _pg_type(c) for c in s.response_inbox.columns}
+_INBOX_FROM, _INBOX_SELECT = _unnest(_INBOX_COLUMNS, _INBOX_TYPES)
+# A repeated dedup_key (in the table or earlier in the batch) is not inserted.
+INSERT_INBOX = (f"INSERT INTO response_inbox ({', '.join(_INBOX_COLUMNS)}) "
+                f"SELECT {_INBOX_SELECT} FROM {_INBOX_FROM} "
+                f"ON CONFLICT DO NOTHING RETURNING id, dedup_key")
+
+
+def inbox_columns(rows: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Column arrays of inbox rows (dicts by column name) for :data:`INSERT_INBOX`."""
+    return [[to_json(r[c]) for r in rows] if _INBOX_TYPES[c] == "jsonb" else [r[c] for r in rows]
+            for c in _INBOX_COLUMNS]
+
+
 ARCHIVED_BY_IDS = ("SELECT * FROM archived_jobs WHERE queue = $1 AND id = ANY($2::text[])")
 LIVE_BY_IDS = ("SELECT * FROM jobs WHERE queue = $1 AND id = ANY($2::text[])")
 
+def _locate(batch: str, guard: str, lock: str = "") -> str:
+    """The physical rows (``ctid``) of a batch's jobs, found one by one through the
+    primary key: a LATERAL subquery with LIMIT is never flattened into a join, so no
+    planner estimate (a table without statistics, or with statistics that say no
+    job has an owner) can turn this into a scan of the backlog per batch row. The
+    statements then join ``jobs`` on ``ctid`` alone (a TID scan per row), with no
+    other condition on ``jobs`` for the planner to misjudge: a row changed since by
+    another transaction has a new ``ctid`` and is left alone."""
+    return (f"SELECT t.tid, b.* FROM {batch} AS b CROSS JOIN LATERAL ("
+            f"SELECT k.ctid AS tid FROM jobs k WHERE k.queue = b.queue AND k.id = b.id "
+            f"{guard} LIMIT 1 {lock}) AS t")
+
+
 # Step 4: lock the chosen rows that are still queued (skipping rows another
-# transaction holds), then mark them running; the join to the ids goes through the
-# primary key. $1 queue, $2 ids, $3 now, $4 owner, $5 heartbeat seconds (or NULL).
-CLAIM = """
-WITH chosen AS (
-    SELECT j.queue, j.id FROM unnest($2::text[]) AS u(id)
-    JOIN jobs j ON j.queue = $1 AND j.id = u.id
-    WHERE j.status <> 'running'
-    FOR UPDATE OF j SKIP LOCKED)
+# transaction holds), then mark them running. $1 queue, $2 ids, $3 now, $4 owner,
+# $5 heartbeat seconds (or NULL).
+CLAIM = f"""
+WITH chosen AS ({_locate("(SELECT $1::text AS queue, unnest($2::text[]) AS id)",
+                         "AND k.status <> 'running'", "FOR UPDATE OF k SKIP LOCKED")})
 UPDATE jobs t SET
     status = 'running', attempt = t.attempt + 1, launched_at = $3::timestamptz,
     deadline = $3::timestamptz + make_interval(secs => CASE WHEN $5::float8 IS NULL
@@ -145,14 +175,16 @@ UPDATE jobs t SET
     owner = $4::text, launch_confirmed = false, updated_at = $3::timestamptz,
     correlation_key = CASE WHEN t.correlation_fixed THEN t.correlation_key
         ELSE t.token || '.' || (t.attempt + 1)::text END
-FROM chosen WHERE t.queue = chosen.queue AND t.id = chosen.id
+FROM chosen WHERE t.ctid = chosen.tid
 RETURNING t.id, t.attempt, t.correlation_key, t.deadline
 """
 
-CONFIRM = """
-UPDATE jobs t SET launch_confirmed = true
-FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(queue, id, attempt)
-WHERE t.queue = u.queue AND t.id = u.id AND t.attempt = u.attempt AND t.owner = $4
+_OURS = "AND k.attempt = b.attempt AND k.owner = $owner"
+
+CONFIRM = f"""
+WITH hit AS ({_locate("(SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) "
+                      "AS u(queue, id, attempt))", _OURS.replace("$owner", "$4"))})
+UPDATE jobs t SET launch_confirmed = true FROM hit WHERE t.ctid = hit.tid
 """
 
 # Step 3, ending tries: delete the running rows (guarded by attempt and owner),
@@ -166,43 +198,44 @@ WITH c AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::text[])
         AS c(queue, id, attempt, status, result, error, outcome, response)),
-gone AS (
-    DELETE FROM jobs j USING c
-    WHERE j.queue = c.queue AND j.id = c.id AND j.attempt = c.attempt AND j.owner = $9
-    RETURNING j.*, c.status AS end_status, c.result AS end_result, c.error AS end_error,
-              c.outcome AS end_outcome, c.response AS end_response),
+hit AS ({_locate("c", _OURS.replace("$owner", "$9"))}),
+ended AS (
+    DELETE FROM jobs j USING hit WHERE j.ctid = hit.tid
+    RETURNING j.*, hit.status AS end_status, hit.result AS end_result,
+              hit.error AS end_error, hit.outcome AS end_outcome,
+              hit.response AS end_response),
 archived AS (
     INSERT INTO archived_jobs ({', '.join(_ARCHIVE_COLUMNS)}, status, result, error,
                                updated_at, finished_at)
     SELECT {', '.join(_ARCHIVE_COLUMNS)}, end_status, end_result::jsonb, end_error::jsonb,
-           $10::timestamptz, $10::timestamptz FROM gone
+           $10::timestamptz, $10::timestamptz FROM ended
     ON CONFLICT DO NOTHING),
 tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
     SELECT queue, id, attempt, correlation_key, launched_at, $10::timestamptz, end_outcome,
-           end_error::jsonb, end_response::jsonb FROM gone)
-SELECT queue, id FROM gone
+           end_error::jsonb, end_response::jsonb FROM ended)
+SELECT queue, id FROM ended
 """
 
 # Step 3, retries: back to queued with a new run_at (and data, if the strategy
 # changed it), the try recorded. $1 queue[], $2 id[], $3 attempt[], $4 run_at[],
 # $5 data[] (NULL: unchanged), $6 error[], $7 outcome[], $8 response[], $9 the
 # try's correlation key[], $10 owner, $11 now.
-REQUEUE = """
+REQUEUE = f"""
 WITH c AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::timestamptz[], $5::text[],
                          $6::text[], $7::text[], $8::text[], $9::text[])
         AS c(queue, id, attempt, run_at, data, error, outcome, response, key)),
+hit AS ({_locate("c", _OURS.replace("$owner", "$10"))}),
 back AS (
-    UPDATE jobs j SET status = 'queued', run_at = c.run_at,
-        data = COALESCE(c.data::jsonb, j.data), error = c.error::jsonb, updated_at = $11,
+    UPDATE jobs j SET status = 'queued', run_at = hit.run_at,
+        data = COALESCE(hit.data::jsonb, j.data), error = hit.error::jsonb, updated_at = $11,
         owner = NULL, deadline = NULL, launch_confirmed = false,
         correlation_key = CASE WHEN j.correlation_fixed THEN j.correlation_key END
-    FROM c
-    WHERE j.queue = c.queue AND j.id = c.id AND j.attempt = c.attempt AND j.owner = $10
-    RETURNING j.queue, j.id, j.attempt, j.launched_at, c.error, c.outcome, c.response,
-              c.key),
+    FROM hit WHERE j.ctid = hit.tid
+    RETURNING j.queue, j.id, j.attempt, j.launched_at, hit.error, hit.outcome, hit.response,
+              hit.key),
 tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
@@ -213,22 +246,25 @@ SELECT queue, id FROM back
 
 # Heartbeats: push deadlines out. $1 queue[], $2 id[], $3 attempt[], $4 deadline[],
 # $5 owner, $6 now.
-EXTEND = """
-UPDATE jobs j SET deadline = u.deadline, updated_at = $6
-FROM unnest($1::text[], $2::text[], $3::int4[], $4::timestamptz[])
-    AS u(queue, id, attempt, deadline)
-WHERE j.queue = u.queue AND j.id = u.id AND j.attempt = u.attempt AND j.owner = $5
+EXTEND = f"""
+WITH hit AS ({_locate("(SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], "
+                      "$4::timestamptz[]) AS u(queue, id, attempt, deadline))",
+                      _OURS.replace("$owner", "$5"))})
+UPDATE jobs j SET deadline = hit.deadline, updated_at = $6
+FROM hit WHERE j.ctid = hit.tid
 RETURNING j.queue, j.id
 """
 
+# The inbox by id (its primary key) and by pending key (a partial index): ``= ANY``
+# restrictions, not joins, so the planner cannot scan the whole inbox per row.
 INBOX_MARK = """
 UPDATE response_inbox r SET applied_at = $3, outcome = u.outcome
 FROM unnest($1::int8[], $2::text[]) AS u(id, outcome)
-WHERE r.id = u.id AND r.applied_at IS NULL
+WHERE r.id = ANY($1::int8[]) AND r.id = u.id AND r.applied_at IS NULL
 """
 
 INBOX_PENDING_FOR_KEYS = """
-SELECT r.* FROM unnest($1::text[]) AS u(key)
-JOIN response_inbox r ON r.correlation_key = u.key AND r.applied_at IS NULL
-ORDER BY r.id
+SELECT * FROM response_inbox
+WHERE correlation_key = ANY($1::text[]) AND applied_at IS NULL
+ORDER BY id
 """

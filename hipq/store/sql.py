@@ -58,6 +58,7 @@ _TRANSIENT: tuple[type[BaseException], ...] = (OperationalError, OSError, Connec
                                               *_DRIVER_TRANSIENT)
 
 INSERT_CHUNK = 500  # rows per INSERT statement (stays under bind-parameter limits)
+PG_INSERT_CHUNK = 10_000  # PostgreSQL: column arrays, one parameter per column
 _DUE_NOW, _DUE_LIMIT = "due_now", "due_limit"  # the parameters of a due query that vary
 DUE_SQL_CACHE = 256  # compiled due queries kept (one per queue and fetch shape)
 _JOB_FIELDS = pg.JOB_COLUMNS
@@ -92,9 +93,24 @@ class SQLStore:
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[AsyncConnection]:
+        async with self._translated(), self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _autocommit(self) -> AsyncIterator[Any]:
+        """PostgreSQL: the asyncpg connection outside any transaction, for reads and
+        for writes that are one statement (atomic on their own): no BEGIN and
+        COMMIT round trips."""
+        async with self._translated(), self.engine.connect() as conn:
+            fairy = await conn.get_raw_connection()
+            adapted: Any = fairy.dbapi_connection
+            yield adapted._connection
+
+    @asynccontextmanager
+    async def _translated(self) -> AsyncIterator[None]:
+        """Driver errors become :mod:`hipq.errors` at this boundary."""
         try:
-            async with self.engine.begin() as conn:
-                yield conn
+            yield
         except _TRANSIENT as exc:
             await self._drop_pool()
             raise TransientStoreError(f"database unavailable: {exc}") from exc
@@ -210,9 +226,14 @@ class SQLStore:
         for job in new_jobs:
             firsts.setdefault(job.key, job)
         outcomes: dict[tuple[str, str], InsertOutcome] = {}
-        for chunk in _chunks(list(firsts.values()), INSERT_CHUNK):
-            async with self._tx() as conn:
-                outcomes.update(await self._insert_chunk(conn, chunk))
+        if self.is_postgres:  # one statement per chunk, each atomic: no transaction
+            async with self._autocommit() as db:
+                for chunk in _chunks(list(firsts.values()), PG_INSERT_CHUNK):
+                    outcomes.update(await self._insert_chunk_pg(db, chunk))
+        else:
+            for chunk in _chunks(list(firsts.values()), INSERT_CHUNK):
+                async with self._tx() as conn:
+                    outcomes.update(await self._insert_chunk(conn, chunk))
         return [outcomes[job.key] if firsts[job.key] is job
                 else self._repeat_outcome(job, outcomes[job.key]) for job in new_jobs]
 
@@ -226,8 +247,6 @@ class SQLStore:
     async def _insert_chunk(self, conn: AsyncConnection,
                             chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
         unique = list({job.key: job for job in chunk}.values())
-        if self.is_postgres:
-            return await self._insert_chunk_pg(conn, unique)
         stmt = (self._insert(s.jobs).on_conflict_do_nothing()
                 .returning(s.jobs.c.queue, s.jobs.c.id))
         rows = await conn.execute(stmt, [_job_values(job) for job in unique])
@@ -245,11 +264,11 @@ class SQLStore:
             out[job.key] = self._insert_outcome(job, inserted, {**live, **archived})
         return out
 
-    async def _insert_chunk_pg(self, conn: AsyncConnection,
-                               unique: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
+    async def _insert_chunk_pg(self, db: Any,
+                               chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
         """One INSERT of column arrays; an id already archived is not inserted (it is
         answered as a repeat of the archived job)."""
-        db = await pg.driver(conn)
+        unique = list({job.key: job for job in chunk}.values())
         rows = await db.fetch(pg.INSERT_JOBS, *pg.job_columns(unique))
         inserted = {(r["queue"], r["id"]) for r in rows}
         missing: dict[str, list[str]] = {}
@@ -445,8 +464,7 @@ class SQLStore:
                 if len(self._due_sql) >= DUE_SQL_CACHE:  # queues come and go: stay bounded
                     self._due_sql.clear()
                 compiled = self._due_sql[shape] = pg.compile_select(build(), self.engine.dialect)
-            async with self._tx() as conn:
-                db = await pg.driver(conn)
+            async with self._autocommit() as db:
                 rows = await db.fetch(compiled.sql, *compiled.params(
                     {_DUE_NOW: now, _DUE_LIMIT: limit}))
             return [_job(r) for r in rows]
@@ -537,12 +555,12 @@ class SQLStore:
         if not keys:
             return 0
         t = s.jobs
-        async with self._tx() as conn:
-            if self.is_postgres:
-                db = await pg.driver(conn)
+        if self.is_postgres:
+            async with self._autocommit() as db:
                 status = await db.execute(pg.CONFIRM, [q for q, _, _ in keys],
                                           [i for _, i, _ in keys], [a for _, _, a in keys], owner)
-                return int(status.rsplit(" ", 1)[-1])
+            return int(status.rsplit(" ", 1)[-1])
+        async with self._tx() as conn:
             confirmed = 0
             for chunk in _chunks(list(keys), INSERT_CHUNK):
                 result = await conn.execute(t.update().where(
@@ -805,16 +823,22 @@ class SQLStore:
                  "dedup_key": r.dedup_key, "received_at": now} for r in responses]
         ids: dict[str | None, int] = {}
         plain: list[int] = []
-        async with self._tx() as conn:
-            for chunk in _chunks(rows, INSERT_CHUNK):
-                stmt = (self._insert(s.response_inbox).values(list(chunk))
-                        .on_conflict_do_nothing()
-                        .returning(s.response_inbox.c.id, s.response_inbox.c.dedup_key))
-                for r in await conn.execute(stmt):
-                    if r.dedup_key is None:
-                        plain.append(r.id)
-                    else:
-                        ids[r.dedup_key] = r.id
+        if self.is_postgres:
+            async with self._autocommit() as db:
+                inserted = await db.fetch(pg.INSERT_INBOX, *pg.inbox_columns(rows))
+        else:
+            async with self._tx() as conn:
+                inserted = []
+                for chunk in _chunks(rows, INSERT_CHUNK):
+                    stmt = (self._insert(s.response_inbox).values(list(chunk))
+                            .on_conflict_do_nothing()
+                            .returning(s.response_inbox.c.id, s.response_inbox.c.dedup_key))
+                    inserted.extend(r._mapping for r in await conn.execute(stmt))
+        for r in inserted:
+            if r["dedup_key"] is None:
+                plain.append(r["id"])
+            else:
+                ids[r["dedup_key"]] = r["id"]
         plain.sort()
         it = iter(plain)
         out: list[int | None] = []
@@ -830,8 +854,7 @@ class SQLStore:
         t = s.response_inbox
         out: list[InboxRow] = []
         if self.is_postgres:
-            async with self._tx() as conn:
-                db = await pg.driver(conn)
+            async with self._autocommit() as db:
                 return [self._inbox_row(r) for r in
                         await db.fetch(pg.INBOX_PENDING_FOR_KEYS, list(keys))]
         async with self._tx() as conn:
@@ -890,6 +913,10 @@ class SQLStore:
         if not keys:
             return {}
         t = s.jobs
+        if self.is_postgres:
+            async with self._autocommit() as db:
+                return {r["correlation_key"]: _job(r)
+                        for r in await db.fetch(pg.JOBS_BY_KEYS, list(keys))}
         async with self._tx() as conn:
             rows = await conn.execute(sa.select(t).where(t.c.correlation_key.in_(list(keys))))
             return {r.correlation_key: _job(r._mapping) for r in rows}
@@ -1043,9 +1070,10 @@ def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         # connection found dead fails its transaction (a TransientStoreError the
         # caller retries), and SQLAlchemy then invalidates the whole pool, so the
         # next checkout after a database restart gets a fresh connection.
-        # A small overflow: connections beyond pool_size are closed when returned, and
-        # a busy API would otherwise open (and TLS-probe) a new connection per request.
-        return create_async_engine(url, pool_size=pool_size, max_overflow=max(pool_size // 4, 1),
+        # No overflow: connections beyond pool_size are closed when returned, so under
+        # load a busy API would open (and TLS-probe, and re-prepare statements on) a
+        # new connection per request; requests wait for a pooled one instead.
+        return create_async_engine(url, pool_size=pool_size, max_overflow=0,
                                    connect_args={"timeout": 10})
     raise StoreError(f"unsupported database URL {url.split(':', 1)[0]!r}: "
                      "use sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import event
 
 from hipq.jobs import Ordering
-from hipq.store import SQLStore, open_store
+from hipq.store import Change, ChangeKind, SQLStore, open_store
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
 QUEUE = "bench"
@@ -147,7 +147,7 @@ def literal(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, datetime):
-        value = value.isoformat()
+        return f"'{value.isoformat()}'::timestamptz"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, list):
@@ -247,9 +247,60 @@ async def test_claim_reads_jobs_by_primary_key(pg_store: SQLStore,
     assert len(claimed) == LIMIT
     sql, params = only(seen, "WITH chosen")
     await raw.execute("ANALYZE jobs")
-    plan = await explain(raw, sql, params)
-    assert_indexed(plan, "jobs_pkey")
-    assert_indexed(await explain_generic(raw, sql, params), "jobs_pkey")
+    assert_by_key(await explain(raw, sql, params))
+    assert_by_key(await explain_generic(raw, sql, params))
+
+
+def assert_by_key(plan: dict[str, Any]) -> None:
+    """Every read of ``jobs`` is a primary-key lookup or a TID fetch of a row found
+    that way: nothing scans the backlog or the running set, whatever the estimates."""
+    shown = json.dumps(plan, indent=1)
+    scans = jobs_scans(plan)
+    assert scans, shown
+    for scan in scans:
+        assert (scan["Node Type"] == "Tid Scan" or scan.get("Index Name") == "jobs_pkey"), shown
+
+
+def containing(seen: list[tuple[str, tuple[Any, ...]]], marker: str) -> tuple[str, tuple[Any, ...]]:
+    matching = [(sql, params) for sql, params in seen if marker in sql]
+    assert len(matching) == 1, f"expected one statement with {marker!r}, got {len(matching)}"
+    return matching[0]
+
+
+async def test_ending_tries_finds_jobs_by_primary_key(pg_store: SQLStore,
+                                                      raw: asyncpg.Connection) -> None:
+    """The drain case: statistics taken while no job ran say no job has an owner (an
+    ``owner = $me`` guard looks like one row); archive, re-queue, heartbeat and
+    confirm must still reach each job through its key, never scan the table."""
+    await raw.execute("ANALYZE jobs")
+    due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=LIMIT,
+                                       ordering=Ordering.TIME_THEN_PRIORITY)
+    running = await pg_store.job_mark_running_many(
+        queue=QUEUE, ids=[j.id for j in due], now=NOW, owner="plan-test",
+        heartbeat_seconds=None)
+    third = len(running) // 3
+    common = {"queue": QUEUE, "launched_at": NOW}
+    changes = (
+        [Change(kind=ChangeKind.ARCHIVE, id=j.id, attempt=j.attempt, status="succeeded",
+                outcome="succeeded", correlation_key=j.correlation_key, **common)
+         for j in running[:third]]
+        + [Change(kind=ChangeKind.REQUEUE, id=j.id, attempt=j.attempt, run_at=NOW,
+                  outcome="timeout", error={"kind": "timeout"},
+                  correlation_key=j.correlation_key, **common)
+           for j in running[third:2 * third]]
+        + [Change(kind=ChangeKind.EXTEND, id=j.id, attempt=j.attempt, deadline=NOW,
+                  correlation_key=j.correlation_key, **common)
+           for j in running[2 * third:]])
+    with captured(pg_store) as seen:
+        await pg_store.job_confirm_launch_many(
+            keys=[(QUEUE, j.id, j.attempt) for j in running], owner="plan-test")
+        applied = await pg_store.persist_batch(changes=changes, owner="plan-test", now=NOW)
+    assert len(applied) == len(running)
+    for marker in ("launch_confirmed = true", "INSERT INTO archived_jobs",
+                   "status = 'queued', run_at", "SET deadline = hit.deadline"):
+        sql, params = containing(seen, marker)
+        assert_by_key(await explain(raw, sql, params))
+        assert_by_key(await explain_generic(raw, sql, params))
 
 
 async def test_expiry_sweep_reads_only_its_partial_index(pg_store: SQLStore,
