@@ -67,9 +67,8 @@ _JOB_FIELDS = pg.JOB_COLUMNS
 def _job(row: Any) -> Job:
     """A Job from a row of ``jobs`` or ``archived_jobs``: a mapping (an asyncpg
     record, or a SQLAlchemy row's ``_mapping``)."""
-    values = {name: row[name] for name in _JOB_FIELDS}
+    values = dict(row)  # the columns of jobs (and archived_jobs: finished_at) are Job's fields
     values["status"] = JobState(values["status"])
-    values["finished_at"] = row.get("finished_at")
     return Job(**values)
 
 
