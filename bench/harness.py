@@ -57,15 +57,13 @@ async def run_lifecycle(server: str, workdir: Path, args: argparse.Namespace,
                 name=f"lc_{target}_batch_{rep}", py_spy=args.py_spy and target == "python"
                 and rep == 0, **common))
         out[f"{target}_batch"] = median_run(runs)
-        if target == "python" or args.sync_single:
+        if target == "python" or not args.skip_sync_single:
             out[f"{target}_single"] = await hs.lifecycle(
                 server, workdir, target=target, mode="single", in_flight=args.single_in_flight,
                 name=f"lc_{target}_single", py_spy=args.py_spy and target == "python",
                 **{**common, "jobs": args.single_jobs})
-    if not args.sync_single:
-        notes.append("single-PUT enqueue ran with the python target only (the enqueue path "
-                     "does not depend on the target; --sync-single adds the HTTP sync run, "
-                     "about 2 more minutes at today's speed)")
+    if args.skip_sync_single:
+        notes.append("no single-PUT lifecycle run for the HTTP sync target (--skip-sync-single)")
     runs = [await hs.enqueue_only(server, workdir, jobs=args.jobs, batch_size=args.batch_size,
                                   in_flight=args.batch_in_flight, name=f"enqueue_only_{rep}")
             for rep in range(args.repeat)]
@@ -352,13 +350,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=1000, help="jobs per batch request")
     p.add_argument("--batch-in-flight", type=int, default=2, help="batch requests in flight")
     p.add_argument("--single-in-flight", type=int, default=16, help="PUT requests in flight")
-    p.add_argument("--single-jobs", type=int, default=5000,
-                   help="jobs of the single-PUT lifecycle run (the issue says 20,000; at "
-                        "today's ~120 PUTs/s that alone takes ~3 minutes, so 5,000)")
+    p.add_argument("--single-jobs", type=int, default=20000,
+                   help="jobs of each single-PUT lifecycle run")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each batch lifecycle and paused enqueue (median reported)")
-    p.add_argument("--sync-single", action="store_true",
-                   help="also enqueue with single PUTs for the HTTP sync target")
+    p.add_argument("--skip-sync-single", action="store_true",
+                   help="no single-PUT lifecycle run for the HTTP sync target")
     p.add_argument("--wait-seconds", type=float, default=75,
                    help="how long a lifecycle run may take to archive everything")
     p.add_argument("--latency-rates", type=ints, default=[200],
@@ -404,10 +401,6 @@ def reductions(args: argparse.Namespace) -> list[str]:
              "peer_jobs": (args.peer_jobs, 20000)}
     notes = [f"{name} = {value:,g} (issue: {issue:,g})"
              for name, (value, issue) in sizes.items() if value != issue]
-    if args.single_jobs < 20000 and not args.quick and "lifecycle" in args.only:
-        notes.append("the single-PUT lifecycle enqueues --single-jobs (default 5,000, not "
-                     "20,000): at ~120 PUTs/s today 20,000 would take ~3 minutes and push "
-                     "bench/run past 10 minutes; the rate is what is compared")
     if max(args.tick_sizes) < 1_000_000:
         notes.append("tick: no 1,000,000-job backlog in --tick-sizes")
     if set(args.only) != set(PHASES):
