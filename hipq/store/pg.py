@@ -181,6 +181,18 @@ RETURNING t.id, t.attempt, t.correlation_key, t.deadline
 
 _OURS = "AND k.attempt = b.attempt AND k.owner = $owner"
 
+
+def _mark_applied(applied: str, first: int, now: str) -> str:
+    """A CTE marking the responses of the changes that applied (those in the CTE
+    ``applied``, by queue and job id) as applied, in the same statement. Parameters
+    ``$first..$first+2``: inbox ids, and the queue and job id each belongs to."""
+    ids, queues, jobs = (f"${first + i}" for i in range(3))
+    return f"""marked AS (
+    UPDATE response_inbox r SET applied_at = {now}, outcome = 'applied'
+    FROM unnest({ids}::int8[], {queues}::text[], {jobs}::text[]) AS m(id, queue, job)
+    JOIN {applied} a ON a.queue = m.queue AND a.id = m.job
+    WHERE r.id = ANY({ids}::int8[]) AND r.id = m.id AND r.applied_at IS NULL)"""
+
 CONFIRM = f"""
 WITH hit AS ({_locate("(SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) "
                       "AS u(queue, id, attempt))", _OURS.replace("$owner", "$4"))})
@@ -190,7 +202,7 @@ UPDATE jobs t SET launch_confirmed = true FROM hit WHERE t.ctid = hit.tid
 # Step 3, ending tries: delete the running rows (guarded by attempt and owner),
 # archive them with their end, record the try; returns what applied.
 # $1 queue[], $2 id[], $3 attempt[], $4 status[], $5 result[], $6 error[],
-# $7 outcome[], $8 response[], $9 owner, $10 now.
+# $7 outcome[], $8 response[], $9 owner, $10 now, $11-$13 responses applied.
 _ARCHIVE_COLUMNS = [c for c in JOB_COLUMNS if c not in ("status", "result", "error",
                                                         "updated_at")]
 ARCHIVE = f"""
@@ -214,14 +226,15 @@ tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
     SELECT queue, id, attempt, correlation_key, launched_at, $10::timestamptz, end_outcome,
-           end_error::jsonb, end_response::jsonb FROM ended)
+           end_error::jsonb, end_response::jsonb FROM ended),
+{_mark_applied("ended", 11, "$10::timestamptz")}
 SELECT queue, id FROM ended
 """
 
 # Step 3, retries: back to queued with a new run_at (and data, if the strategy
 # changed it), the try recorded. $1 queue[], $2 id[], $3 attempt[], $4 run_at[],
 # $5 data[] (NULL: unchanged), $6 error[], $7 outcome[], $8 response[], $9 the
-# try's correlation key[], $10 owner, $11 now.
+# try's correlation key[], $10 owner, $11 now, $12-$14 responses applied.
 REQUEUE = f"""
 WITH c AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::timestamptz[], $5::text[],
@@ -240,19 +253,23 @@ tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
     SELECT queue, id, attempt, key, launched_at, $11, outcome, error::jsonb,
-           response::jsonb FROM back)
+           response::jsonb FROM back),
+{_mark_applied("back", 12, "$11::timestamptz")}
 SELECT queue, id FROM back
 """
 
 # Heartbeats: push deadlines out. $1 queue[], $2 id[], $3 attempt[], $4 deadline[],
-# $5 owner, $6 now.
+# $5 owner, $6 now, $7-$9 responses applied.
 EXTEND = f"""
 WITH hit AS ({_locate("(SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], "
                       "$4::timestamptz[]) AS u(queue, id, attempt, deadline))",
-                      _OURS.replace("$owner", "$5"))})
-UPDATE jobs j SET deadline = hit.deadline, updated_at = $6
-FROM hit WHERE j.ctid = hit.tid
-RETURNING j.queue, j.id
+                      _OURS.replace("$owner", "$5"))}),
+pushed AS (
+    UPDATE jobs j SET deadline = hit.deadline, updated_at = $6
+    FROM hit WHERE j.ctid = hit.tid
+    RETURNING j.queue, j.id),
+{_mark_applied("pushed", 7, "$6::timestamptz")}
+SELECT queue, id FROM pushed
 """
 
 # The inbox by id (its primary key) and by pending key (a partial index): ``= ANY``

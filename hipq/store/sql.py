@@ -76,6 +76,12 @@ def _job_values(job: Job) -> dict[str, Any]:
     return {name: getattr(job, name) for name in _JOB_FIELDS}
 
 
+def _inbox_of(changes: Sequence[Change]) -> tuple[list[int], list[str], list[str]]:
+    """The responses these changes apply: (inbox ids, their queues, their job ids)."""
+    pairs = [(i, c.queue, c.id) for c in changes for i in c.inbox_ids]
+    return [i for i, _, _ in pairs], [q for _, q, _ in pairs], [j for _, _, j in pairs]
+
+
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -87,6 +93,7 @@ class SQLStore:
         self.is_postgres = engine.dialect.name == "postgresql"
         self._insert = postgresql.insert if self.is_postgres else sqlite.insert
         self._due_sql: dict[tuple[Any, ...], pg.Compiled] = {}
+        self._queues: dict[str, tuple[tuple[Any, ...], QueueRecord]] = {}
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -193,18 +200,36 @@ class SQLStore:
     async def queue_get(self, queue_id: str) -> QueueRecord | None:
         async with self._tx() as conn:
             row = (await conn.execute(sa.select(s.queues).where(s.queues.c.id == queue_id))).first()
-        return None if row is None else self._queue(row)
+        return None if row is None else self._queue(row._mapping)
 
     async def queue_list(self) -> list[QueueRecord]:
-        async with self._tx() as conn:
-            rows = (await conn.execute(sa.select(s.queues).order_by(s.queues.c.id))).all()
-        return [self._queue(row) for row in rows]
+        """Every queue (each reconcile tick reads them: settings are re-validated
+        only when their stored row changed)."""
+        if self.is_postgres:
+            async with self._autocommit() as db:
+                rows: list[Any] = await db.fetch("SELECT * FROM queues ORDER BY id")
+        else:
+            async with self._tx() as conn:
+                rows = [r._mapping for r in await conn.execute(
+                    sa.select(s.queues).order_by(s.queues.c.id))]
+        return [self._queue_cached(row) for row in rows]
+
+    def _queue_cached(self, row: Any) -> QueueRecord:
+        cached = self._queues.get(row["id"])
+        if cached is not None and cached[0] == (row["config"], row["paused"], row["updated_at"]):
+            return cached[1]
+        record = self._queue(row)
+        if len(self._queues) >= DUE_SQL_CACHE:
+            self._queues.clear()
+        self._queues[row["id"]] = ((row["config"], row["paused"], row["updated_at"]), record)
+        return record
 
     @staticmethod
     def _queue(row: Any) -> QueueRecord:
-        config = QueueConfig.model_validate({**row.config, "paused": row.paused})
-        return QueueRecord(config=config, paused=row.paused, created_at=row.created_at,
-                           updated_at=row.updated_at)
+        """A QueueRecord from a row of ``queues`` (a mapping)."""
+        config = QueueConfig.model_validate({**row["config"], "paused": row["paused"]})
+        return QueueRecord(config=config, paused=row["paused"], created_at=row["created_at"],
+                           updated_at=row["updated_at"])
 
     async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
         async with self._tx() as conn:
@@ -531,15 +556,20 @@ class SQLStore:
                         heartbeat_seconds: float | None,
                         rate_groups: Mapping[str, str] | None,
                         known: Mapping[str, Job]) -> list[Job]:
-        async with self._tx() as conn:
-            db = await pg.driver(conn)
-            claimed = await db.fetch(pg.CLAIM, queue, list(ids), now, owner, heartbeat_seconds)
-            events = [{"queue": queue, "group_key": rate_groups[r["id"]], "launched_at": now}
-                      for r in claimed if rate_groups is not None and r["id"] in rate_groups]
-            if events:  # these launches count against the queue's rate limit
-                await conn.execute(s.launch_events.insert(), events)
-            unknown = [r["id"] for r in claimed if r["id"] not in known]
-            if unknown:
+        args = (pg.CLAIM, queue, list(ids), now, owner, heartbeat_seconds)
+        if rate_groups:  # the launches count against the rate limit, atomically
+            async with self._tx() as conn:
+                claimed = await (await pg.driver(conn)).fetch(*args)
+                events = [{"queue": queue, "group_key": rate_groups[r["id"]],
+                           "launched_at": now} for r in claimed if r["id"] in rate_groups]
+                if events:
+                    await conn.execute(s.launch_events.insert(), events)
+        else:  # one statement: no transaction around it
+            async with self._autocommit() as db:
+                claimed = await db.fetch(*args)
+        unknown = [r["id"] for r in claimed if r["id"] not in known]
+        if unknown:
+            async with self._autocommit() as db:
                 known = {**known, **{r["id"]: _job(r) for r in await db.fetch(
                     pg.LIVE_BY_IDS, queue, unknown)}}
         by_id = {r["id"]: known[r["id"]].evolve(
@@ -689,40 +719,44 @@ class SQLStore:
 
     async def _persist_pg(self, changes: Sequence[Change], owner: str, now: datetime,
                           inbox: Sequence[tuple[int, InboxOutcome]]) -> set[tuple[str, str]]:
-        """persist_batch on PostgreSQL: one statement per kind of change, each guarded
-        by (status running, owner, attempt) so what it returns is what applied."""
+        """persist_batch on PostgreSQL: one statement per kind of change (which also
+        marks the responses of the changes that applied), each guarded by owner and
+        attempt so what it returns is what applied. One statement needs no
+        transaction; several share one."""
         j = pg.to_json
+        calls: list[tuple[str, list[Any]]] = []
         archives = [c for c in changes if c.kind is ChangeKind.ARCHIVE]
         requeues = [c for c in changes if c.kind is ChangeKind.REQUEUE]
         extends = [c for c in changes if c.kind is ChangeKind.EXTEND]
+        if archives:
+            calls.append((pg.ARCHIVE, [
+                [c.queue for c in archives], [c.id for c in archives],
+                [c.attempt for c in archives], [c.status or "failed" for c in archives],
+                [j(c.result) for c in archives], [j(c.error) for c in archives],
+                [c.outcome or "unknown" for c in archives], [j(c.response) for c in archives],
+                owner, now, *_inbox_of(archives)]))
+        if requeues:
+            calls.append((pg.REQUEUE, [
+                [c.queue for c in requeues], [c.id for c in requeues],
+                [c.attempt for c in requeues], [c.run_at for c in requeues],
+                [j(c.data) for c in requeues], [j(c.error) for c in requeues],
+                [c.outcome or "unknown" for c in requeues], [j(c.response) for c in requeues],
+                [c.correlation_key for c in requeues], owner, now, *_inbox_of(requeues)]))
+        if extends:
+            calls.append((pg.EXTEND, [
+                [c.queue for c in extends], [c.id for c in extends],
+                [c.attempt for c in extends], [c.deadline for c in extends], owner, now,
+                *_inbox_of(extends)]))
         applied: set[tuple[str, str]] = set()
+        if len(calls) == 1 and not inbox:
+            async with self._autocommit() as db:
+                rows = await db.fetch(calls[0][0], *calls[0][1])
+            return {(r["queue"], r["id"]) for r in rows}
         async with self._tx() as conn:
             db = await pg.driver(conn)
-            if archives:
-                rows = await db.fetch(
-                    pg.ARCHIVE, [c.queue for c in archives], [c.id for c in archives],
-                    [c.attempt for c in archives], [c.status or "failed" for c in archives],
-                    [j(c.result) for c in archives], [j(c.error) for c in archives],
-                    [c.outcome or "unknown" for c in archives],
-                    [j(c.response) for c in archives], owner, now)
-                applied.update((r["queue"], r["id"]) for r in rows)
-            if requeues:
-                rows = await db.fetch(
-                    pg.REQUEUE, [c.queue for c in requeues], [c.id for c in requeues],
-                    [c.attempt for c in requeues], [c.run_at for c in requeues],
-                    [j(c.data) for c in requeues], [j(c.error) for c in requeues],
-                    [c.outcome or "unknown" for c in requeues],
-                    [j(c.response) for c in requeues],
-                    [c.correlation_key for c in requeues], owner, now)
-                applied.update((r["queue"], r["id"]) for r in rows)
-            if extends:
-                rows = await db.fetch(
-                    pg.EXTEND, [c.queue for c in extends], [c.id for c in extends],
-                    [c.attempt for c in extends], [c.deadline for c in extends], owner, now)
-                applied.update((r["queue"], r["id"]) for r in rows)
-            marks = [(i, InboxOutcome.APPLIED) for c in changes
-                     if (c.queue, c.id) in applied for i in c.inbox_ids]
-            await self._inbox_mark(conn, [*marks, *inbox], now)
+            for sql, args in calls:
+                applied.update((r["queue"], r["id"]) for r in await db.fetch(sql, *args))
+            await self._inbox_mark(conn, inbox, now)
         return applied
 
     async def _lock_live(self, conn: AsyncConnection, changes: Sequence[Change],

@@ -150,8 +150,8 @@ def literal(value: Any) -> str:
         return f"'{value.isoformat()}'::timestamptz"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, list):
-        return "ARRAY[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, list):  # an empty one as an untyped literal: the parameter's type
+        return "ARRAY[" + ", ".join(literal(v) for v in value) + "]" if value else "'{}'"
     raise TypeError(f"no literal for {value!r}")
 
 
