@@ -77,7 +77,9 @@ def plain_url(url: str) -> str:
 
 @dataclass
 class StatementTimes:
-    """Wall time per SQL statement (first line), measured around the driver call."""
+    """Wall time per SQL statement (first line), measured around the driver call:
+    SQLAlchemy's cursor events, and asyncpg's query logger for the statements
+    ``hipq.store.pg`` sends straight to the driver."""
 
     enabled: bool = False
     totals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -96,10 +98,24 @@ class StatementTimes:
 
         @event.listens_for(engine, "after_cursor_execute")
         def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            spent = time.perf_counter() - conn.info["bench_t0"].pop()
-            self.current += spent
-            if self.enabled:
-                self.totals[" ".join(statement.split())[:110]].append(spent)
+            self._add(statement, time.perf_counter() - conn.info["bench_t0"].pop())
+
+        hooked: set[int] = set()
+
+        def _logged(query: Any) -> None:  # statements sent straight to asyncpg
+            self._add(query.query, query.elapsed)
+
+        @event.listens_for(engine.pool, "checkout")
+        def _checkout(dbapi_connection: Any, *_: Any) -> None:
+            driver = dbapi_connection._connection
+            if id(driver) not in hooked:
+                hooked.add(id(driver))
+                driver.add_query_logger(_logged)
+
+    def _add(self, statement: str, spent: float) -> None:
+        self.current += spent
+        if self.enabled:
+            self.totals[" ".join(statement.split())[:110]].append(spent)
 
 
 # -- one backlog size -----------------------------------------------------------------
@@ -232,7 +248,7 @@ def report(results: list[SizeResult], args: argparse.Namespace,
         print(f"{r.size:>10,} {r.median:>10.2f} {r.p90:>9.2f} {min(r.ticks_ms):>8.2f} "
               f"{max(r.ticks_ms):>8.2f} {r.db_median:>10.2f} {p90(r.db_ms):>8.2f} "
               f"{statistics.mean(r.launched):>9.1f} {r.median / base.median:>6.2f} "
-              f"{r.db_median / base.db_median:>9.2f}")
+              f"{(r.db_median / base.db_median if base.db_median else float('nan')):>9.2f}")
         if args.profile:
             print(f"  statements at {r.size:,} (calls over {args.ticks} ticks x mean ms), "
                   f"{r.queued_after:,} queued at the end:")
