@@ -19,9 +19,9 @@ at one row, which gave a nested loop over the whole running set per batch row
 (with the attempt) says "running, ours, this try", and ``status <> 'running'``
 says "queued".
 
-These functions take the asyncpg connection under an open SQLAlchemy transaction
-(:func:`driver`); they never commit. JSON values travel as text and are cast to
-``jsonb`` in SQL.
+The store runs these on the asyncpg connection under a SQLAlchemy connection
+(:func:`driver`), inside its transaction or, for a single statement, without one.
+JSON values travel as text and are cast to ``jsonb`` in SQL.
 """
 
 from __future__ import annotations
@@ -87,15 +87,16 @@ def to_json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-async def driver(conn: AsyncConnection) -> Any:
-    """The asyncpg connection under ``conn``, with its transaction begun.
+async def driver(conn: AsyncConnection, *, begin: bool = True) -> Any:
+    """The asyncpg connection under ``conn`` (SQLAlchemy's asyncpg adapter has no
+    public accessor), with its transaction begun unless ``begin`` is false.
 
-    SQLAlchemy's asyncpg adapter begins the transaction lazily, at the first
-    statement it runs; statements sent straight to the driver must not run
-    before it (they would commit on their own)."""
+    The adapter begins the transaction lazily, at the first statement it runs;
+    statements sent straight to the driver must not run before it (they would
+    commit on their own)."""
     fairy = await conn.get_raw_connection()
     adapted: Any = fairy.dbapi_connection
-    if adapted._transaction is None:
+    if begin and adapted._transaction is None:
         await adapted._start_transaction()
     return adapted._connection
 

@@ -108,9 +108,7 @@ class SQLStore:
         for writes that are one statement (atomic on their own): no BEGIN and
         COMMIT round trips."""
         async with self._translated(), self.engine.connect() as conn:
-            fairy = await conn.get_raw_connection()
-            adapted: Any = fairy.dbapi_connection
-            yield adapted._connection
+            yield await pg.driver(conn, begin=False)
 
     @asynccontextmanager
     async def _translated(self) -> AsyncIterator[None]:
