@@ -110,23 +110,58 @@ def _unnest(columns: Sequence[str], types: dict[str, str], start: int = 1) -> tu
     return f"unnest({args}) AS u({', '.join(columns)})", select
 
 
-_INSERT_FROM, _INSERT_SELECT = _unnest(JOB_COLUMNS, _JOB_TYPES)
-# New jobs, except ids already taken, live (the conflict) or archived (the NOT EXISTS):
-# those are answered from what is stored, which is only read when something was not
-# inserted.
-INSERT_JOBS = (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) SELECT {_INSERT_SELECT} "
-               f"FROM {_INSERT_FROM} WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a "
-               f"WHERE a.queue = u.queue AND a.id = u.id) "
-               f"ON CONFLICT DO NOTHING RETURNING queue, id")
+def _insert_jobs_sql(scalars: frozenset[str]) -> str:
+    """The INSERT of new jobs where the columns in ``scalars`` take one value for
+    the whole batch (``$n``) and the others one array each (``unnest``).
+
+    New jobs, except ids already taken, live (the conflict) or archived (the NOT
+    EXISTS): those are answered from what is stored, which is only read when
+    something was not inserted."""
+    select, arrays, names = [], [], []
+    for n, column in enumerate(JOB_COLUMNS, start=1):
+        kind = _JOB_TYPES[column]
+        sent = "text" if kind == "jsonb" else kind
+        value = f"${n}::{sent}" if column in scalars else f"u.{column}"
+        if column not in scalars:
+            arrays.append(f"${n}::{sent}[]")
+            names.append(column)
+        select.append(f"{value}::jsonb" if kind == "jsonb" else value)
+    value_of = dict(zip(JOB_COLUMNS, select, strict=True))
+    return (f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) SELECT {', '.join(select)} "
+            f"FROM unnest({', '.join(arrays)}) AS u({', '.join(names)}) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a "
+            f"WHERE a.queue = {value_of['queue']} AND a.id = u.id) "
+            f"ON CONFLICT DO NOTHING RETURNING queue, id")
 
 
-def job_columns(jobs: Sequence[Any]) -> list[list[Any]]:
-    """Column arrays of these jobs (JSON columns as text) for :data:`INSERT_JOBS`."""
-    out: list[list[Any]] = []
+_INSERT_SQL: dict[frozenset[str], str] = {}
+_INSERT_SQL_CACHE = 256  # statement shapes kept (in practice a handful)
+
+
+def insert_jobs(jobs: Sequence[Any]) -> tuple[str, list[Any]]:
+    """The INSERT of these jobs and its parameters: a column whose value is the
+    same for every job (the queue, the status, most of the settings) travels once,
+    the others as arrays. The driver checks every array element it encodes, so a
+    batch of new jobs costs a few arrays instead of thirty."""
+    scalars: set[str] = set()
+    params: list[Any] = []
     for name in JOB_COLUMNS:
         values = list(map(attrgetter(name), jobs))
-        out.append([to_json(v) for v in values] if name in JSON_COLUMNS else values)
-    return out
+        if name in JSON_COLUMNS:  # compared as text: in Python, {"a": 1} == {"a": True}
+            values = list(map(to_json, values))
+        first = values[0]
+        if name != "id" and values.count(first) == len(values):
+            scalars.add(name)
+            params.append(first)
+        else:
+            params.append(values)
+    shape = frozenset(scalars)
+    sql = _INSERT_SQL.get(shape)
+    if sql is None:
+        if len(_INSERT_SQL) >= _INSERT_SQL_CACHE:
+            _INSERT_SQL.clear()
+        sql = _INSERT_SQL[shape] = _insert_jobs_sql(shape)
+    return sql, params
 
 
 JOBS_BY_KEYS = "SELECT * FROM jobs WHERE correlation_key = ANY($1::text[])"

@@ -291,7 +291,8 @@ class SQLStore:
         """One INSERT of column arrays; an id already archived is not inserted (it is
         answered as a repeat of the archived job)."""
         unique = list({job.key: job for job in chunk}.values())
-        rows = await db.fetch(pg.INSERT_JOBS, *pg.job_columns(unique))
+        sql, params = pg.insert_jobs(unique)
+        rows = await db.fetch(sql, *params)
         inserted = {(r["queue"], r["id"]) for r in rows}
         missing: dict[str, list[str]] = {}
         for job in unique:

@@ -115,6 +115,28 @@ async def test_insert_creates_and_round_trips(store: SQLStore, clock: FakeClock)
     assert await get(store, "j1") == job
 
 
+async def test_insert_many_keeps_each_jobs_own_values(store: SQLStore, clock: FakeClock) -> None:
+    """A batch where some columns are equal for every job and others are not (on
+    PostgreSQL the equal ones travel once): each job round-trips exactly, even
+    where Python calls different values equal ({"a": 1} == {"a": True})."""
+    jobs = [make_job(clock, "a", data={"a": 1}, priority=5, result=1),
+            make_job(clock, "b", data={"a": True}, priority=5, result=True),
+            make_job(clock, "c", data={"a": 1.0}, priority=5, result="1", timeout_seconds=9),
+            make_job(clock, "d", data={"a": 1}, priority=7, expires_at=clock.now())]
+    await insert(store, *jobs)
+    for job in jobs:
+        stored = await get(store, job.id)
+        assert stored == job
+        assert stored.data == job.data and type(stored.data["a"]) is type(job.data["a"])
+        assert type(stored.result) is type(job.result)
+    pair = [make_job(clock, "e", data={"x": 1}), make_job(clock, "f", data={"x": True})]
+    await insert(store, *pair)  # equal in Python, every other column the same
+    assert [(await get(store, j.id)).data["x"] for j in pair] == [1, True]
+    assert type((await get(store, "e")).data["x"]) is int
+    await insert(store, make_job(clock, "alone", data={"only": "one"}))
+    assert (await get(store, "alone")).data == {"only": "one"}
+
+
 async def test_insert_same_body_is_exists_with_the_stored_job(store: SQLStore,
                                                              clock: FakeClock) -> None:
     first = make_job(clock, "j1")
