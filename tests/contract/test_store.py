@@ -127,7 +127,8 @@ async def test_insert_many_keeps_each_jobs_own_values(store: SQLStore, clock: Fa
     for job in jobs:
         stored = await get(store, job.id)
         assert stored == job
-        assert stored.data == job.data and type(stored.data["a"]) is type(job.data["a"])
+        assert stored.data == job.data
+        assert type(stored.data["a"]) is type(job.data["a"])
         assert type(stored.result) is type(job.result)
     pair = [make_job(clock, "e", data={"x": 1}), make_job(clock, "f", data={"x": True})]
     await insert(store, *pair)  # equal in Python, every other column the same
