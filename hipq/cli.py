@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from hipq.config import Settings, format_validation_error, load_config
-from hipq.daemon import Daemon
+from hipq.daemon import Daemon, settle_heap
 from hipq.errors import ConfigError, HipqError, StoreError
 from hipq.log import setup_logging
 from hipq.retry import build_retry
@@ -132,7 +132,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await daemon.run(stop=stop)
+    ready = asyncio.Event()
+
+    async def settle() -> None:
+        await ready.wait()
+        settle_heap()
+
+    settling = asyncio.create_task(settle())
+    try:
+        await daemon.run(stop=stop, ready=ready)
+    finally:
+        settling.cancel()
     return 0
 
 

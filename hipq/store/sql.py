@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from hipq.config import QueueConfig
 from hipq.errors import SchemaError, StoreError, TransientStoreError
-from hipq.jobs import Attempt, Job, JobState, Ordering
+from hipq.jobs import Attempt, Job, JobState, Ordering, row_reader
 from hipq.store import pg
 from hipq.store import schema as s
 from hipq.store.records import (
@@ -66,10 +66,17 @@ _JOB_FIELDS = pg.JOB_COLUMNS
 
 def _job(row: Any) -> Job:
     """A Job from a row of ``jobs`` or ``archived_jobs``: a mapping (an asyncpg
-    record, or a SQLAlchemy row's ``_mapping``)."""
-    values = dict(row)  # the columns of jobs (and archived_jobs: finished_at) are Job's fields
-    values["status"] = JobState(values["status"])
-    return Job(**values)
+    record, or a SQLAlchemy row's ``_mapping``); the columns of jobs (and
+    archived_jobs: finished_at) are Job's fields."""
+    return row_reader(tuple(row.keys()))(tuple(row.values()))
+
+
+def _jobs(rows: Sequence[Any]) -> list[Job]:
+    """Jobs from asyncpg records of one result (one column list)."""
+    if not rows:
+        return []
+    read = row_reader(tuple(rows[0].keys()))
+    return [read(r) for r in rows]
 
 
 def _job_values(job: Job) -> dict[str, Any]:
@@ -490,7 +497,7 @@ class SQLStore:
             async with self._autocommit() as db:
                 rows = await db.fetch(compiled.sql, *compiled.params(
                     {_DUE_NOW: now, _DUE_LIMIT: limit}))
-            return [_job(r) for r in rows]
+            return _jobs(rows)
         async with self._tx() as conn:
             return [_job(r._mapping) for r in await conn.execute(build())]
 
