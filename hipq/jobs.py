@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
+
+from hipq.frozen import evolver, quick_init, reader
 
 DEFAULT_PRIORITY = 100
 DEFAULT_TIMEOUT_SECONDS = 86400.0
@@ -90,6 +92,7 @@ class JobError:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     """One job, as stored. Plugins receive deep copies (snapshots) of these."""
@@ -138,8 +141,7 @@ class Job:
     def evolve(self, **changes: Any) -> Job:
         """A copy with ``changes`` (like :func:`dataclasses.replace`, without
         re-running ``__init__``: the reconcile loop does this per job per tick)."""
-        new: Job = _evolve(self, changes)
-        return new
+        return evolver(Job, tuple(changes))(self, *changes.values())
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON shape of a job (history is added by the caller)."""
@@ -168,65 +170,14 @@ class Job:
         }
 
 
-_JOB_SLOTS = tuple(f.name for f in fields(Job))
 _STATES: dict[str, JobState] = {state.value: state for state in JobState}
-# Generated code sets a job's fields through the slots' own descriptors: a frozen
-# dataclass's __init__ goes through object.__setattr__ by name, field by field.
-_SCOPE: dict[str, Any] = {"_new": object.__new__, "Job": Job, "_SLOTS": frozenset(_JOB_SLOTS),
-                          "_state": _STATES.__getitem__,
-                          **{f"_set_{name}": getattr(Job, name).__set__ for name in _JOB_SLOTS}}
 
 
-def _generate(name: str, lines: list[str]) -> Any:
-    scope = dict(_SCOPE)
-    exec("\n".join([f"def {name}:", *(f"    {line}" for line in lines)]), scope)
-    return scope[name.split("(")[0]]
-
-
-def _make_evolve() -> Any:
-    """``_evolve(job, changes)``: the fields copied one by one in generated code
-    (several times faster than ``dataclasses.replace`` for 31 fields)."""
-    return _generate("_evolve(job, changes)", [
-        "new = _new(Job)",
-        *(f"_set_{name}(new, job.{name})" for name in _JOB_SLOTS),
-        "for name, value in changes.items():",
-        "    if name not in _SLOTS:",
-        "        raise TypeError(f'Job has no field {name!r}')",
-        "    Job.__dict__[name].__set__(new, value)",
-        "return new"])
-
-
-_evolve = _make_evolve()
-_ROW_READERS: dict[tuple[str, ...], Any] = {}
-
-
-def row_reader(columns: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
+def row_reader(columns: Sequence[str]) -> Callable[[Any], Job]:
     """A function making a :class:`Job` from a row whose values come in the order
     of ``columns`` (field names; others are ignored, missing ones take their
-    defaults; ``status`` may be its text). Generated once per column list."""
-    key = tuple(columns)
-    reader = _ROW_READERS.get(key)
-    if reader is not None:
-        return cast(Callable[[Sequence[Any]], Job], reader)
-    by_field = {name: i for i, name in enumerate(key) if name in _SCOPE["_SLOTS"]}
-    lines = ["new = _new(Job)"]
-    for f in fields(Job):
-        if f.name in by_field:
-            value = f"row[{by_field[f.name]}]"
-            if f.name == "status":
-                value = f"_state({value})"
-            lines.append(f"_set_{f.name}(new, {value})")
-        elif f.default is not MISSING:
-            lines.append(f"_set_{f.name}(new, {f.name}_default)")
-            _SCOPE[f"{f.name}_default"] = f.default
-        elif f.default_factory is not MISSING:
-            lines.append(f"_set_{f.name}(new, {f.name}_factory())")
-            _SCOPE[f"{f.name}_factory"] = f.default_factory
-        else:
-            raise TypeError(f"a job row needs the column {f.name!r}")
-    lines.append("return new")
-    reader = _ROW_READERS[key] = _generate("_read(row)", lines)
-    return cast(Callable[[Sequence[Any]], Job], reader)
+    defaults; ``status`` may be its text)."""
+    return reader(Job, columns, {"status": _STATES.__getitem__})
 
 
 def json_copy(value: Any) -> Any:

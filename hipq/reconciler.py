@@ -34,6 +34,8 @@ anything launches; the next tick starts from the database again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +46,7 @@ from typing import Any
 from hipq.clock import Clock
 from hipq.config import QueueConfig, ReconcileConfig, ResponsesConfig
 from hipq.errors import HipqError
+from hipq.frozen import quick_init
 from hipq.jobs import ErrorKind, Job, JobError, JobState, Ordering
 from hipq.launcher import Launcher, LaunchResult
 from hipq.plugins import GiveUp, RetryContext, ThrottleContext, Throttler, ThrottleResult
@@ -70,6 +73,7 @@ EXPIRY_SWEEP_LIMIT = 1000
 SWEEP_EVERY = timedelta(seconds=1)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How a try ended, as known in memory before it is persisted."""
@@ -175,8 +179,7 @@ class Reconciler:
             await self._sweep_inbox(now)
             counters.add("expired", len(await self.store.job_expired_sweep(
                 now=now, limit=EXPIRY_SWEEP_LIMIT)))
-        chosen = await self._select(queues, now, counters)
-        await self._persist(queues, now, counters)
+        chosen = await self._select_and_persist(queues, now, counters)
         if not self._stopping:
             launched = await self._mark_running(queues, chosen, now)
             counters.add("launched", len(launched))
@@ -186,6 +189,28 @@ class Reconciler:
             log.info("reconcile tick: %s", dict(counters.values),
                      extra={"action": "tick"})
         return result
+
+    async def _select_and_persist(self, queues: Mapping[str, QueueRecord], now: datetime,
+                                  counters: _Counters) -> dict[str, list[str]]:
+        """Steps 1-2 (fetch and throttle) and step 3 (persist the ended tries) at
+        once, on two connections: they touch different rows (queued ones, and
+        this daemon's running ones), and the database works on one while this
+        process works on the other. Step 4 starts when both are done, so a job is
+        only marked running after the batch it leaves behind is saved. A retried
+        job may already be fetched in the same tick, as a new candidate."""
+        select = asyncio.ensure_future(self._select(queues, now, counters))
+        try:
+            requeued = await self._persist(queues, now, counters)
+        except BaseException:
+            select.cancel()
+            with contextlib.suppress(BaseException):
+                await select
+            raise
+        chosen = await select
+        if requeued:  # a retried job runs again from a later tick's fetch, as always
+            chosen = {queue: [i for i in ids if (queue, i) not in requeued]
+                      for queue, ids in chosen.items()}
+        return chosen
 
     # -- leases and adoption -----------------------------------------------------
 
@@ -489,15 +514,16 @@ class Reconciler:
     # -- step 3: retries and persistence ---------------------------------------------
 
     async def _persist(self, queues: Mapping[str, QueueRecord], now: datetime,
-                       counters: _Counters) -> None:
-        # The copy: jobs are frozen, so the entry's job is a copy already; the
-        # mutable parts of the entry are copied. Retry plugins get deep copies.
+                       counters: _Counters) -> set[tuple[str, str]]:
+        # Returns the jobs it re-queued. The copy: jobs are frozen, so the entry's
+        # job is a copy already; the mutable parts of the entry are copied. Retry
+        # plugins get deep copies.
         copies = {key: (entry.job, entry.outcome, entry.deadline,
                         tuple(entry.inbox_ids), entry.extended)
                   for key, entry in self.batch.items()
                   if entry.outcome is not None or entry.extended}
         if not copies:
-            return
+            return set()
         changes = [self._change(queues, job, outcome, deadline, inbox_ids, counters, now)
                    for job, outcome, deadline, inbox_ids, _ in copies.values()]
         applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
@@ -512,6 +538,7 @@ class Reconciler:
                 entry.job = replace(entry.job, deadline=change.deadline)
             else:  # ended, re-queued, or no longer ours: it leaves the batch either way
                 del self.batch[key]
+        return {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
 
     def _change(self, queues: Mapping[str, QueueRecord], job: Job, outcome: Outcome | None,
                 deadline: datetime | None, inbox_ids: tuple[int, ...], counters: _Counters,
@@ -529,9 +556,16 @@ class Reconciler:
         error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
         record = queues.get(job.queue)
         config = record.config if record is not None else None
-        runtime = self._runtimes.get(job.queue)
-        if config is None or runtime is None:
+        runtime = None
+        if record is not None:
+            try:  # built here when this tick's fetch has not built it yet
+                runtime = self._runtime(record)
+            except HipqError:
+                runtime = None
+        if config is None:
             verdict: Any = GiveUp("the queue no longer exists")
+        elif runtime is None:
+            verdict = GiveUp("the queue's settings cannot be loaded")
         else:
             ctx = RetryContext(job=job.snapshot(), error=error, now=now)
             verdict = decide(config, runtime.retry, ctx)

@@ -294,7 +294,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
                    if request.time_windows is not None else None)
     run_at = _first_open_time(config, own_windows, request, now)
     fixed_key = request.correlation_key
-    if fixed_key is None:
+    if fixed_key is None and config.correlation is not None:
         fixed_key = request_key(config.correlation,
                                 {"id": job_id, "queue": config.id, "data": request.data})
     data = request.data

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from hipq.config import QueueConfig
+from hipq.frozen import quick_init
 from hipq.jobs import Job
 
 
@@ -30,6 +31,7 @@ class InsertStatus(StrEnum):
     INVALID = "invalid"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InsertOutcome:
     id: str
@@ -81,6 +83,7 @@ class ChangeKind(StrEnum):
     EXTEND = "extend"  # a heartbeat moved the deadline
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Change:
     """One running job's new state, persisted by ``persist_batch`` (step 3)."""

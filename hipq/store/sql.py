@@ -735,12 +735,8 @@ class SQLStore:
         requeues = [c for c in changes if c.kind is ChangeKind.REQUEUE]
         extends = [c for c in changes if c.kind is ChangeKind.EXTEND]
         if archives:
-            calls.append((pg.ARCHIVE, [
-                [c.queue for c in archives], [c.id for c in archives],
-                [c.attempt for c in archives], [c.status or "failed" for c in archives],
-                [j(c.result) for c in archives], [j(c.error) for c in archives],
-                [c.outcome or "unknown" for c in archives], [j(c.response) for c in archives],
-                owner, now, *_inbox_of(archives)]))
+            calls.append((pg.ARCHIVE, [pg.archive_ends(archives), owner, now,
+                                       *_inbox_of(archives)]))
         if requeues:
             calls.append((pg.REQUEUE, [
                 [c.queue for c in requeues], [c.id for c in requeues],

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hipq.frozen import quick_init
 from hipq.jobs import Job
 
 
@@ -26,6 +27,7 @@ class Accepted:
     """The target has the job; the outcome comes later as a response."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Completed:
     status: str = "succeeded"  # succeeded | failed

@@ -1,0 +1,131 @@
+"""Fast construction and copying of frozen, slotted dataclasses.
+
+A frozen dataclass's own ``__init__`` sets each field with
+``object.__setattr__(self, name, value)``, a lookup by name per field, and
+:func:`dataclasses.replace` re-runs it. The records of the reconcile loop (jobs,
+their changes, launch outcomes) are made by the thousand per tick, so here:
+
+- :func:`quick_init` replaces ``__init__`` with generated code that sets each slot
+  through its descriptor: the same signature and defaults, instances still frozen;
+- :func:`evolver` makes ``copy(obj, *values)`` for a fixed list of changed fields
+  (every other slot copied as is, nothing re-validated);
+- :func:`reader` makes ``read(row)`` for a fixed list of columns (a row's values
+  by position; other fields take their defaults).
+
+Generated functions are cached per class and field list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, Field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_UNSET = object()
+_CACHE: dict[tuple[type, str, tuple[str, ...]], Any] = {}
+
+
+def _scope(cls: type) -> dict[str, Any]:
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_UNSET": _UNSET}
+    for f in fields(cls):
+        scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.default is not MISSING:
+            scope[f"_default_{f.name}"] = f.default
+        if f.default_factory is not MISSING:
+            scope[f"_factory_{f.name}"] = f.default_factory
+    return scope
+
+
+def _compile(cls: type, signature: str, body: list[str],
+             extra: dict[str, Any] | None = None) -> Any:
+    scope = {**_scope(cls), **(extra or {})}
+    source = "\n".join([f"def {signature}:", *(f"    {line}" for line in body)])
+    exec(source, scope)  # generated from field names only
+    return scope[signature.split("(")[0]]
+
+
+def _check(cls: type) -> list[Field[Any]]:
+    if "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: quick construction needs slots and no __post_init__")
+    out = list(fields(cls))
+    if any(not f.init for f in out):
+        raise TypeError(f"{cls.__name__}: every field must be an __init__ parameter")
+    return out
+
+
+def _default(f: Field[Any]) -> str:
+    if f.default is not MISSING:
+        return f"_default_{f.name}"
+    if f.default_factory is not MISSING:
+        return f"_factory_{f.name}()"
+    raise TypeError(f"field {f.name!r} has no default")
+
+
+def quick_init(cls: type[T]) -> type[T]:
+    """Replace the ``__init__`` of a frozen, slotted dataclass (class decorator,
+    applied above ``@dataclass``)."""
+    params: list[str] = []
+    body: list[str] = []
+    keyword_only = False
+    for f in _check(cls):
+        if f.kw_only and not keyword_only:
+            params.append("*")
+            keyword_only = True
+        if f.default is not MISSING:
+            params.append(f"{f.name}=_default_{f.name}")
+        elif f.default_factory is not MISSING:
+            params.append(f"{f.name}=_UNSET")
+            body.append(f"if {f.name} is _UNSET: {f.name} = _factory_{f.name}()")
+        else:
+            params.append(f.name)
+        body.append(f"_set_{f.name}(self, {f.name})")
+    init = _compile(cls, f"__init__(self, {', '.join(params)})", body or ["pass"])
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    setattr(cls, "__init__", init)  # noqa: B010 (mypy forbids assigning a method)
+    return cls
+
+
+def evolver(cls: type[T], names: Sequence[str]) -> Callable[..., T]:
+    """``copy(obj, *values)``: a new instance of ``cls`` like ``obj`` with the fields
+    ``names`` set to ``values`` (in that order)."""
+    key = (cls, "evolve", tuple(names))
+    made = _CACHE.get(key)
+    if made is None:
+        order = [f.name for f in _check(cls)]
+        unknown = [n for n in names if n not in order]
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+        args = [f"v{i}" for i in range(len(names))]
+        changed = dict(zip(names, args, strict=True))
+        body = ["new = _new(_cls)"]
+        body += [f"_set_{name}(new, {changed.get(name, 'obj.' + name)})" for name in order]
+        made = _CACHE[key] = _compile(cls, f"_copy({', '.join(['obj', *args])})",
+                                      [*body, "return new"])
+    return made  # type: ignore[no-any-return]
+
+
+def reader(cls: type[T], columns: Sequence[str],
+           convert: dict[str, Callable[[Any], Any]] | None = None) -> Callable[[Any], T]:
+    """``read(row)``: an instance of ``cls`` from a row whose values come in the
+    order of ``columns`` (columns that are not fields are ignored, fields without a
+    column take their defaults). ``convert`` maps a field to a function applied to
+    its value."""
+    convert = convert or {}
+    key = (cls, "read:" + ",".join(sorted(convert)), tuple(columns))
+    made = _CACHE.get(key)
+    if made is None:
+        position = {name: i for i, name in enumerate(columns)}
+        body = ["new = _new(_cls)"]
+        for f in _check(cls):
+            if f.name in position:
+                value = f"row[{position[f.name]}]"
+                if f.name in convert:
+                    value = f"_convert_{f.name}({value})"
+            else:
+                value = _default(f)
+            body.append(f"_set_{f.name}(new, {value})")
+        extra = {f"_convert_{name}": fn for name, fn in convert.items()}
+        made = _CACHE[key] = _compile(cls, "_read(row)", [*body, "return new"], extra)
+    return made  # type: ignore[no-any-return]
