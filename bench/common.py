@@ -163,7 +163,7 @@ async def hipq_daemon(config: dict[str, Any], workdir: Path, name: str,
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), env.get("PYTHONPATH")]))
     argv = [HIPQ, "-c", str(cfg), "run"]
     if py_spy is not None:
-        argv = [py_spy_binary(), "record", "--rate", "200", "--format", "raw",
+        argv = [py_spy_binary(), "record", "--rate", "1000", "--format", "raw",
                 "--output", str(workdir / f"{name}.pyspy.txt"), "--", *argv]
     with log_path.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(*argv, stdout=out, stderr=out, env=env,

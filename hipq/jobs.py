@@ -135,8 +135,8 @@ class Job:
 
     def snapshot(self) -> Job:
         """A deep copy: what a plugin may look at (and scribble on) freely."""
-        return self.evolve(data=json_copy(self.data), result=json_copy(self.result),
-                           error=json_copy(self.error), time_windows=json_copy(self.time_windows))
+        return _with_copies(self, json_copy(self.data), json_copy(self.result),
+                            json_copy(self.error), json_copy(self.time_windows))
 
     def evolve(self, **changes: Any) -> Job:
         """A copy with ``changes`` (like :func:`dataclasses.replace`, without
@@ -170,6 +170,7 @@ class Job:
         }
 
 
+_with_copies = evolver(Job, ("data", "result", "error", "time_windows"))
 _STATES: dict[str, JobState] = {state.value: state for state in JobState}
 
 
@@ -180,14 +181,24 @@ def row_reader(columns: Sequence[str]) -> Callable[[Any], Job]:
     return reader(Job, columns, {"status": _STATES.__getitem__})
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def json_copy(value: Any) -> Any:
     """A deep copy of JSON-shaped data (dicts, lists, scalars), several times
     faster than :func:`copy.deepcopy`; anything else is deep-copied."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else json_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _SCALARS else json_copy(v) for v in value]
     if isinstance(value, dict):
         return {k: json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
         return [json_copy(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
+    if isinstance(value, str | int | float | bool):
         return value
     return copy.deepcopy(value)
 

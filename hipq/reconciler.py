@@ -71,6 +71,7 @@ SWEEP_LIMIT = 500
 SWEEP_GRACE = timedelta(seconds=1)
 EXPIRY_SWEEP_LIMIT = 1000
 SWEEP_EVERY = timedelta(seconds=1)
+_ENDS_AS_IS = frozenset({JobState.SUCCEEDED.value, JobState.CANCELLED.value})
 
 
 @quick_init
@@ -543,16 +544,21 @@ class Reconciler:
     def _change(self, queues: Mapping[str, QueueRecord], job: Job, outcome: Outcome | None,
                 deadline: datetime | None, inbox_ids: tuple[int, ...], counters: _Counters,
                 now: datetime) -> Change:
+        if outcome is None:
+            return Change(kind=ChangeKind.EXTEND, queue=job.queue, id=job.id,
+                          attempt=job.attempt, inbox_ids=inbox_ids, launched_at=job.launched_at,
+                          correlation_key=job.correlation_key, deadline=deadline)
+        if outcome.status in _ENDS_AS_IS:
+            counters.add("finished")
+            return Change(kind=ChangeKind.ARCHIVE, queue=job.queue, id=job.id,
+                          attempt=job.attempt, inbox_ids=inbox_ids,
+                          launched_at=job.launched_at, correlation_key=job.correlation_key,
+                          status=outcome.status, result=outcome.result,
+                          error=None if outcome.error is None else outcome.error.to_json(),
+                          outcome=outcome.status, response=outcome.response)
         common: dict[str, Any] = {
             "queue": job.queue, "id": job.id, "attempt": job.attempt, "inbox_ids": inbox_ids,
             "launched_at": job.launched_at, "correlation_key": job.correlation_key}
-        if outcome is None:
-            return Change(kind=ChangeKind.EXTEND, deadline=deadline, **common)
-        if outcome.status in (JobState.SUCCEEDED, JobState.CANCELLED):
-            counters.add("finished")
-            return Change(kind=ChangeKind.ARCHIVE, status=outcome.status, result=outcome.result,
-                          error=None if outcome.error is None else outcome.error.to_json(),
-                          outcome=outcome.status, response=outcome.response, **common)
         error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
         record = queues.get(job.queue)
         config = record.config if record is not None else None

@@ -239,16 +239,19 @@ UPDATE jobs t SET launch_confirmed = true FROM hit WHERE t.ctid = hit.tid
 
 # Step 3, ending tries: delete the running rows (guarded by attempt and owner),
 # archive them with their end, record the try; returns what applied. The ends come
-# as one JSON array of objects (:func:`archive_ends`): one encoding call for the
-# batch, where eight arrays cost a driver check per element and a JSON encoding
-# per value. $1 ends, $2 owner, $3 now, $4-$6 responses applied.
+# as one JSON array of arrays (:func:`archive_ends`): one encoding call for the
+# batch, where eight parameter arrays cost a driver check per element and a JSON
+# encoding per value (a JSON null in result, error or response is SQL NULL, as it
+# was). $1 ends, $2 owner, $3 now, $4-$6 responses applied.
 _ARCHIVE_COLUMNS = [c for c in JOB_COLUMNS if c not in ("status", "result", "error",
                                                         "updated_at")]
 ARCHIVE = f"""
 WITH c AS (
-    SELECT * FROM json_to_recordset($1::json)
-        AS c(queue text, id text, attempt int4, status text, result jsonb, error jsonb,
-             outcome text, response jsonb)),
+    SELECT e->>0 AS queue, e->>1 AS id, (e->>2)::int4 AS attempt,
+           COALESCE(e->>3, 'failed') AS status, NULLIF(e->4, 'null') AS result,
+           NULLIF(e->5, 'null') AS error, COALESCE(e->>6, 'unknown') AS outcome,
+           NULLIF(e->7, 'null') AS response
+    FROM jsonb_array_elements($1::jsonb) AS e),
 hit AS ({_locate("c", _OURS.replace("$owner", "$2"))}),
 ended AS (
     DELETE FROM jobs j USING hit WHERE j.ctid = hit.tid
@@ -272,12 +275,13 @@ SELECT queue, id FROM ended
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
+_END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "outcome",
+                     "response")
+
+
 def archive_ends(changes: Sequence[Any]) -> str:
     """The ``$1`` of :data:`ARCHIVE`: each change's job, try and end, as JSON."""
-    return _ENCODE([{"queue": c.queue, "id": c.id, "attempt": c.attempt,
-                     "status": c.status or "failed", "result": c.result, "error": c.error,
-                     "outcome": c.outcome or "unknown", "response": c.response}
-                    for c in changes])
+    return _ENCODE(list(map(_END_OF, changes)))
 
 
 # Step 3, retries: back to queued with a new run_at (and data, if the strategy

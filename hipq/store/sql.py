@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from hipq.config import QueueConfig
 from hipq.errors import SchemaError, StoreError, TransientStoreError
+from hipq.frozen import evolver
 from hipq.jobs import Attempt, Job, JobState, Ordering, row_reader
 from hipq.store import pg
 from hipq.store import schema as s
@@ -69,6 +70,11 @@ def _job(row: Any) -> Job:
     record, or a SQLAlchemy row's ``_mapping``); the columns of jobs (and
     archived_jobs: finished_at) are Job's fields."""
     return row_reader(tuple(row.keys()))(tuple(row.values()))
+
+
+# a claimed job: the job as fetched, marked running by this try
+_claimed = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "launched_at",
+                         "owner", "launch_confirmed", "updated_at"))
 
 
 def _jobs(rows: Sequence[Any]) -> list[Job]:
@@ -573,15 +579,15 @@ class SQLStore:
         else:  # one statement: no transaction around it
             async with self._autocommit() as db:
                 claimed = await db.fetch(*args)
-        unknown = [r["id"] for r in claimed if r["id"] not in known]
+        # rows: (id, attempt, correlation_key, deadline)
+        unknown = [r[0] for r in claimed if r[0] not in known]
         if unknown:
             async with self._autocommit() as db:
                 known = {**known, **{r["id"]: _job(r) for r in await db.fetch(
                     pg.LIVE_BY_IDS, queue, unknown)}}
-        by_id = {r["id"]: known[r["id"]].evolve(
-            status=JobState.RUNNING, attempt=r["attempt"], correlation_key=r["correlation_key"],
-            deadline=r["deadline"], launched_at=now, owner=owner, launch_confirmed=False,
-            updated_at=now) for r in claimed}
+        running = JobState.RUNNING
+        by_id = {r[0]: _claimed(known[r[0]], running, r[1], r[2], r[3], now, owner, False, now)
+                 for r in claimed}
         return [by_id[i] for i in ids if i in by_id]
 
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
