@@ -200,6 +200,15 @@ def _locate(batch: str, guard: str, lock: str = "") -> str:
             f"{guard} LIMIT 1 {lock}) AS t")
 
 
+def _by_tid(alias: str, located: str) -> str:
+    """Join ``jobs`` (as ``alias``) to the rows :func:`_locate` found, through TID
+    scans: the join condition alone let the planner hash the whole table (a
+    sequential scan of the backlog per statement once a batch is large enough);
+    the ``= ANY`` of the same TIDs gives it a TID scan of just those rows."""
+    return (f"{alias}.ctid = {located}.tid "
+            f"AND {alias}.ctid = ANY(ARRAY(SELECT tid FROM {located}))")
+
+
 # Step 4: lock the chosen rows that are still queued (skipping rows another
 # transaction holds), then mark them running. $1 queue, $2 ids, $3 now, $4 owner,
 # $5 heartbeat seconds (or NULL).
@@ -213,7 +222,7 @@ UPDATE jobs t SET
     owner = $4::text, launch_confirmed = false, updated_at = $3::timestamptz,
     correlation_key = CASE WHEN t.correlation_fixed THEN t.correlation_key
         ELSE t.token || '.' || (t.attempt + 1)::text END
-FROM chosen WHERE t.ctid = chosen.tid
+FROM chosen WHERE {_by_tid('t', 'chosen')}
 RETURNING t.id, t.attempt, t.correlation_key, t.deadline
 """
 
@@ -234,7 +243,7 @@ def _mark_applied(applied: str, first: int, now: str) -> str:
 CONFIRM = f"""
 WITH hit AS ({_locate("(SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) "
                       "AS u(queue, id, attempt))", _OURS.replace("$owner", "$4"))})
-UPDATE jobs t SET launch_confirmed = true FROM hit WHERE t.ctid = hit.tid
+UPDATE jobs t SET launch_confirmed = true FROM hit WHERE {_by_tid('t', 'hit')}
 """
 
 # Step 3, ending tries: delete the running rows (guarded by attempt and owner),
@@ -254,7 +263,7 @@ WITH c AS (
     FROM jsonb_array_elements($1::jsonb) AS e),
 hit AS ({_locate("c", _OURS.replace("$owner", "$2"))}),
 ended AS (
-    DELETE FROM jobs j USING hit WHERE j.ctid = hit.tid
+    DELETE FROM jobs j USING hit WHERE {_by_tid('j', 'hit')}
     RETURNING j.*, hit.status AS end_status, hit.result AS end_result,
               hit.error AS end_error, hit.outcome AS end_outcome,
               hit.response AS end_response),
@@ -299,7 +308,7 @@ back AS (
         data = COALESCE(hit.data::jsonb, j.data), error = hit.error::jsonb, updated_at = $11,
         owner = NULL, deadline = NULL, launch_confirmed = false,
         correlation_key = CASE WHEN j.correlation_fixed THEN j.correlation_key END
-    FROM hit WHERE j.ctid = hit.tid
+    FROM hit WHERE {_by_tid('j', 'hit')}
     RETURNING j.queue, j.id, j.attempt, j.launched_at, hit.error, hit.outcome, hit.response,
               hit.key),
 tries AS (
@@ -319,7 +328,7 @@ WITH hit AS ({_locate("(SELECT * FROM unnest($1::text[], $2::text[], $3::int4[],
                       _OURS.replace("$owner", "$5"))}),
 pushed AS (
     UPDATE jobs j SET deadline = hit.deadline, updated_at = $6
-    FROM hit WHERE j.ctid = hit.tid
+    FROM hit WHERE {_by_tid('j', 'hit')}
     RETURNING j.queue, j.id),
 {_mark_applied("pushed", 7, "$6::timestamptz")}
 SELECT queue, id FROM pushed

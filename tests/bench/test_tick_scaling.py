@@ -236,15 +236,21 @@ async def test_due_fetch_reads_only_a_limit_from_its_partial_index(
     assert_indexed(await explain_generic(raw, sql, params), index)
 
 
-async def test_claim_reads_jobs_by_primary_key(pg_store: SQLStore,
-                                               raw: asyncpg.Connection) -> None:
-    due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=LIMIT,
+# The reconcile loop's batch: a small one, and the default fetch limit (a batch
+# that large once made the planner hash the whole table to join it by TID).
+BATCHES = [pytest.param(LIMIT, id="batch-100"), pytest.param(1000, id="batch-1000")]
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+async def test_claim_reads_jobs_by_primary_key(pg_store: SQLStore, raw: asyncpg.Connection,
+                                               batch: int) -> None:
+    due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=batch,
                                        ordering=Ordering.TIME_THEN_PRIORITY)
     with captured(pg_store) as seen:
         claimed = await pg_store.job_mark_running_many(
             queue=QUEUE, ids=[j.id for j in due], now=NOW, owner="plan-test",
             heartbeat_seconds=None)
-    assert len(claimed) == LIMIT
+    assert len(claimed) == batch
     sql, params = only(seen, "WITH chosen")
     await raw.execute("ANALYZE jobs")
     assert_by_key(await explain(raw, sql, params))
@@ -267,13 +273,15 @@ def containing(seen: list[tuple[str, tuple[Any, ...]]], marker: str) -> tuple[st
     return matching[0]
 
 
+@pytest.mark.parametrize("batch", BATCHES)
 async def test_ending_tries_finds_jobs_by_primary_key(pg_store: SQLStore,
-                                                      raw: asyncpg.Connection) -> None:
+                                                      raw: asyncpg.Connection,
+                                                      batch: int) -> None:
     """The drain case: statistics taken while no job ran say no job has an owner (an
     ``owner = $me`` guard looks like one row); archive, re-queue, heartbeat and
     confirm must still reach each job through its key, never scan the table."""
     await raw.execute("ANALYZE jobs")
-    due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=LIMIT,
+    due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=batch,
                                        ordering=Ordering.TIME_THEN_PRIORITY)
     running = await pg_store.job_mark_running_many(
         queue=QUEUE, ids=[j.id for j in due], now=NOW, owner="plan-test",
