@@ -180,38 +180,44 @@ class Reconciler:
             await self._sweep_inbox(now)
             counters.add("expired", len(await self.store.job_expired_sweep(
                 now=now, limit=EXPIRY_SWEEP_LIMIT)))
-        chosen = await self._select_and_persist(queues, now, counters)
-        if not self._stopping:
-            launched = await self._mark_running(queues, chosen, now)
-            counters.add("launched", len(launched))
-            self._launch(launched)
+        await self._steps_1_to_5(queues, now, counters)
         result = counters.result()
         if result.changed:
             log.info("reconcile tick: %s", dict(counters.values),
                      extra={"action": "tick"})
         return result
 
-    async def _select_and_persist(self, queues: Mapping[str, QueueRecord], now: datetime,
-                                  counters: _Counters) -> dict[str, list[str]]:
-        """Steps 1-2 (fetch and throttle) and step 3 (persist the ended tries) at
-        once, on two connections: they touch different rows (queued ones, and
-        this daemon's running ones), and the database works on one while this
-        process works on the other. Step 4 starts when both are done, so a job is
-        only marked running after the batch it leaves behind is saved. A retried
-        job may already be fetched in the same tick, as a new candidate."""
-        select = asyncio.ensure_future(self._select(queues, now, counters))
+    async def _steps_1_to_5(self, queues: Mapping[str, QueueRecord], now: datetime,
+                            counters: _Counters) -> None:
+        """Step 3 (persist the ended tries) runs on its own connection while steps
+        1-2 (fetch and throttle), 4 (mark the new batch running) and 5 (launch) run
+        on others: they touch different rows (this daemon's running jobs; queued
+        ones), so the database works on one while this process works on the other.
+
+        What the order used to guarantee still holds: a job re-queued by this
+        tick's step 3 is not claimed in this tick (it runs again from a later
+        fetch, as always); the next job of an ordering key is only fetched once
+        the end of the one before is committed (until then the fetch sees that
+        one running); capacity counts what is in memory, as before. If step 3
+        fails, the jobs already claimed are launched anyway, then the error is
+        raised (the next tick persists the ended tries again)."""
+        changes = self._changes(queues, now, counters)
+        requeued = {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
+        persisting = asyncio.ensure_future(self._persist(changes, now))
         try:
-            requeued = await self._persist(queues, now, counters)
+            chosen = await self._select(queues, now, counters)
+            if not self._stopping:
+                if requeued:
+                    chosen = {queue: [i for i in ids if (queue, i) not in requeued]
+                              for queue, ids in chosen.items()}
+                launched = await self._mark_running(queues, chosen, now)
+                counters.add("launched", len(launched))
+                self._launch(launched)
         except BaseException:
-            select.cancel()
-            with contextlib.suppress(BaseException):
-                await select
+            with contextlib.suppress(BaseException):  # never leave step 3 half-applied
+                await persisting
             raise
-        chosen = await select
-        if requeued:  # a retried job runs again from a later tick's fetch, as always
-            chosen = {queue: [i for i in ids if (queue, i) not in requeued]
-                      for queue, ids in chosen.items()}
-        return chosen
+        await persisting
 
     # -- leases and adoption -----------------------------------------------------
 
@@ -514,19 +520,21 @@ class Reconciler:
 
     # -- step 3: retries and persistence ---------------------------------------------
 
-    async def _persist(self, queues: Mapping[str, QueueRecord], now: datetime,
-                       counters: _Counters) -> set[tuple[str, str]]:
-        # Returns the jobs it re-queued. The copy: jobs are frozen, so the entry's
-        # job is a copy already; the mutable parts of the entry are copied. Retry
-        # plugins get deep copies.
-        copies = {key: (entry.job, entry.outcome, entry.deadline,
-                        tuple(entry.inbox_ids), entry.extended)
-                  for key, entry in self.batch.items()
-                  if entry.outcome is not None or entry.extended}
-        if not copies:
-            return set()
-        changes = [self._change(queues, job, outcome, deadline, inbox_ids, counters, now)
-                   for job, outcome, deadline, inbox_ids, _ in copies.values()]
+    def _changes(self, queues: Mapping[str, QueueRecord], now: datetime,
+                 counters: _Counters) -> list[Change]:
+        """Step 3's decisions: the retry strategy applied to copies of the entries
+        that ended (jobs are frozen, so the entry's job is a copy already; the
+        mutable parts of the entry are copied; retry plugins get deep copies)."""
+        return [self._change(queues, entry.job, entry.outcome, entry.deadline,
+                             tuple(entry.inbox_ids), counters, now)
+                for entry in self.batch.values()
+                if entry.outcome is not None or entry.extended]
+
+    async def _persist(self, changes: Sequence[Change], now: datetime) -> None:
+        """Step 3's writes, in one transaction; then the entries that ended, were
+        re-queued or are no longer ours leave the batch."""
+        if not changes:
+            return
         applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
         for change in changes:
             key = (change.queue, change.id)
@@ -539,7 +547,6 @@ class Reconciler:
                 entry.job = replace(entry.job, deadline=change.deadline)
             else:  # ended, re-queued, or no longer ours: it leaves the batch either way
                 del self.batch[key]
-        return {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
 
     def _change(self, queues: Mapping[str, QueueRecord], job: Job, outcome: Outcome | None,
                 deadline: datetime | None, inbox_ids: tuple[int, ...], counters: _Counters,
