@@ -7,6 +7,7 @@ in the same process can wake its reconcile loop early.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -45,6 +46,7 @@ from hipq.throttling import build_throttler, field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
+YIELD_EVERY = 250  # jobs built between two yields to the event loop
 QUEUE_CACHE_SECONDS = 1.0  # how stale an enqueue may see a queue changed by another daemon
 
 
@@ -128,6 +130,8 @@ class Hipq:
         jobs: list[tuple[int, Job]] = []
         tokens = os.urandom(16 * len(items)).hex()  # one system call per batch
         for index, (job_id, request) in enumerate(items):
+            if index and not index % YIELD_EVERY:
+                await asyncio.sleep(0)  # noqa: TID251 (a yield: the reconcile loop runs meanwhile)
             try:
                 jobs.append((index, build_job(config, job_id, request, now,
                                               token=tokens[32 * index:32 * index + 32])))
@@ -283,7 +287,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime, *, token: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
     ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-]")
     weight = request.weight or config.default_weight

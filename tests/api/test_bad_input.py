@@ -39,6 +39,8 @@ async def test_malformed_and_invalid_bodies(live: LiveFactory) -> None:
         ("PUT", "/v1/jobs/q/bad%20id", {}, None, 422, "invalid"),
         ("PUT", "/v1/jobs/q/" + "x" * 201, {}, None, 422, "invalid"),
         ("GET", "/v1/jobs/q/bad%20id", None, None, 422, "invalid_id"),
+        ("PUT", "/v1/jobs/q/newline%0A", {}, None, 422, "invalid"),  # "$" before a final \n
+        ("GET", "/v1/jobs/q%0A/a", None, None, 422, "invalid_id"),
         ("POST", "/v1/jobs", {"id": "q2", "attempts": 0}, None, 422, "invalid_request"),
         ("POST", "/v1/jobs", {"id": "q2", "colour": "red"}, None, 422, "invalid_request"),
         ("POST", "/v1/jobs", {"id": "q2", "retry": {"plugin": "nope.nope:x"}}, None, 422,
@@ -54,6 +56,17 @@ async def test_malformed_and_invalid_bodies(live: LiveFactory) -> None:
         status, answer = await api.call(method, path, body, raw=raw,
                                         headers={"Content-Type": "application/json"})
         _error(status, answer, expected, code)
+
+
+async def test_batch_items_with_bad_ids_are_invalid_one_by_one(live: LiveFactory) -> None:
+    api = await _api(live)
+    items = [{"id": "ok"}, {"id": "newline\n"}, {"id": "bad id"}, {"id": "x" * 201},
+             {"id": 5}, {"data": {}}, {"id": "ok-2", "data": {"n": 1}}]
+    status, answer = await api.call("POST", "/v1/jobs/q/batch", {"jobs": items})
+    assert status == 200, answer
+    assert [j["status"] for j in answer["jobs"]] == [
+        "created", "invalid", "invalid", "invalid", "invalid", "invalid", "created"]
+    assert (await api.call("GET", "/v1/jobs/q/newline%0A"))[0] == 422
 
 
 async def test_unknown_things_are_404(live: LiveFactory) -> None:
