@@ -436,21 +436,27 @@ class Reconciler:
                               (j for j in running if j.critical), limit)
         fetch = partial(self.store.job_fetch_due, queue=config.id, now=now,
                         ordering=config.ordering, key_mode=config.ordering_key_mode)
-        batches: list[list[Job]] = []
+        fetches: list[Awaitable[list[list[Job]]]] = []
         # with a per-group rate limit, the first jobs in order may all belong to
         # groups out of budget: look further so they do not hide the other groups
         wide = limit if config.rate_limit is not None and config.rate_limit.by else 0
         if normal_free > 0:
             if config.quotas is not None and config.concurrency is not None:
-                batches.extend(await self._fetch_groups(config, running, normal_free, fetch,
-                                                        wide))
+                fetches.append(self._fetch_groups(config, running, normal_free, fetch, wide))
             else:
-                batches.append(await fetch(limit=max(normal_free, wide)))
+                fetches.append(_listed(fetch(limit=max(normal_free, wide))))
             if config.aging_seconds and config.ordering is Ordering.PRIORITY_THEN_TIME:
-                batches.append(await fetch(limit=normal_free,
-                                           ordering=Ordering.TIME_THEN_PRIORITY))
+                fetches.append(_listed(fetch(limit=normal_free,
+                                             ordering=Ordering.TIME_THEN_PRIORITY)))
         if critical_free > 0:
-            batches.append(await fetch(limit=critical_free, critical_only=True))
+            fetches.append(_listed(fetch(limit=critical_free, critical_only=True)))
+        # side by side (reads, each on its own connection); merged in this order
+        done = await asyncio.gather(*fetches, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        batches = [batch for outcome in done if not isinstance(outcome, BaseException)
+                   for batch in outcome]
         seen: set[str] = set()
         jobs = []
         for batch in batches:
@@ -636,6 +642,10 @@ class Reconciler:
     def stop(self) -> None:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""
         self._stopping = True
+
+
+async def _listed(fetching: Awaitable[list[Job]]) -> list[list[Job]]:
+    return [await fetching]
 
 
 def _free(capacity: int | None, running: Iterable[Job], limit: int) -> int:
