@@ -133,32 +133,9 @@ def _batch_item(raw: Any) -> tuple[str, EnqueueRequest | str]:
     return item.id, item
 
 
-def _plain_item(raw: Any) -> BatchItem | None:
-    """The common item, ``{"id": ..., "data": {...}}`` (data optional), as the
-    validator would make it, without running it; None for any other shape."""
-    if type(raw) is not dict or not raw.keys() <= _PLAIN_ITEM_KEYS:
-        return None
-    job_id = raw.get("id")
-    if type(job_id) is not str or not _JOB_ID.fullmatch(job_id):
-        return None
-    if "data" not in raw:
-        return BatchItem.model_construct(id=job_id)
-    data = raw["data"]
-    if type(data) is not dict:  # parsed JSON: an object's keys are strings
-        return None
-    return BatchItem.model_construct(id=job_id, data=data)
-
-
-_PLAIN_ITEM_KEYS = frozenset({"id", "data"})
-
-
 def _batch_items(raw: list[Any]) -> list[tuple[str, EnqueueRequest | str]]:
-    """All items at once when all are valid (the common case: plain items without
-    the validator, others in one validation), else item by item so each bad one
-    gets its own error."""
-    plain = [_plain_item(item) for item in raw]
-    if None not in plain:
-        return [(item.id, item) for item in plain if item is not None]
+    """All items in one validation when all are valid (the common case), else
+    item by item so each bad one gets its own error."""
     try:
         return [(item.id, item) for item in _BATCH_ITEMS.validate_python(raw)]
     except PydanticValidationError:

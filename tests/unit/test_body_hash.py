@@ -46,27 +46,3 @@ def test_other_fields_change_the_hash() -> None:
     assert plain.body_hash() != EnqueueRequest(data={"a": 1}, priority=5).body_hash()
     assert plain.body_hash() != EnqueueRequest(data={"a": 2}).body_hash()
 
-
-plain_ids = st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True)
-
-
-@given(plain_ids, st.none() | st.dictionaries(st.text(max_size=4), json_values, max_size=4))
-def test_a_plain_batch_item_is_what_the_validator_makes(job_id: str,
-                                                       data: dict[str, Any] | None) -> None:
-    from hipq.api.handlers import _plain_item
-
-    raw: dict[str, Any] = {"id": job_id} if data is None else {"id": job_id, "data": data}
-    fast = _plain_item(raw)
-    assert fast is not None
-    slow = BatchItem.model_validate(raw)
-    assert fast.model_dump() == slow.model_dump()
-    assert fast.model_fields_set == slow.model_fields_set
-    assert fast.body_hash() == slow.body_hash()
-
-
-def test_other_batch_items_take_the_validator() -> None:
-    from hipq.api.handlers import _plain_item
-
-    for raw in [{"id": "a", "priority": 5}, {"id": "a\n"}, {"id": 5}, {"id": "a", "data": [1]},
-                {"data": {}}, ["a"], {"id": "x" * 201}]:
-        assert _plain_item(raw) is None
