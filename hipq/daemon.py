@@ -204,7 +204,7 @@ class Daemon:
             while self._again:
                 self._again = False
                 try:
-                    await self.reconciler.run_once()
+                    result = await self.reconciler.run_once()
                 except TransientStoreError as exc:
                     log.warning("reconcile tick skipped: %s", exc, extra={"action": "tick_error"})
                     return
@@ -212,7 +212,11 @@ class Daemon:
                     log.exception("reconcile tick failed", extra={"action": "tick_error"})
                     return
                 if self._again:
-                    await asyncio.sleep(self.settings.reconcile.debounce_seconds)  # noqa: TID251
+                    # After a full batch more is due at once: only let the launches
+                    # run (one pass of the event loop); else gather the wake-ups.
+                    full = result.launched >= self.settings.reconcile.fetch_limit
+                    pause = 0.0 if full else self.settings.reconcile.debounce_seconds
+                    await asyncio.sleep(pause)  # noqa: TID251
 
     async def prune(self) -> None:
         assert self.store is not None
