@@ -1,4 +1,4 @@
--- hipq schema version 1. Generated from hipq/store/schema.py
+-- hipq schema version 2. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same.
 
 CREATE TABLE archived_jobs (
@@ -62,8 +62,6 @@ CREATE TABLE job_attempts (
 	PRIMARY KEY (id)
 );
 
-CREATE INDEX ix_job_attempts_finished ON job_attempts (finished_at);
-
 CREATE INDEX ix_job_attempts_job ON job_attempts (queue, job_id, attempt);
 
 CREATE TABLE jobs (
@@ -116,7 +114,7 @@ CREATE INDEX ix_jobs_ordering_key ON jobs (queue, ordering_key, key_order_at, id
 
 CREATE INDEX ix_jobs_running ON jobs (queue, deadline) WHERE status = 'running';
 
-CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key);
+CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key) WHERE correlation_key IS NOT NULL;
 
 CREATE TABLE launch_events (
 	id BIGSERIAL NOT NULL, 

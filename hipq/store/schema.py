@@ -21,7 +21,18 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Upgrades of an existing database, by the version they lead to (``migrate`` runs
+# those above the stored version, after creating what is missing).
+UPGRADES: dict[int, list[str]] = {
+    # 2: the unique index on jobs.correlation_key leaves out jobs without a key;
+    # job_attempts loses an index no query used
+    2: ["DROP INDEX IF EXISTS ux_jobs_correlation_key",
+        "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key) "
+        "WHERE correlation_key IS NOT NULL",
+        "DROP INDEX IF EXISTS ix_job_attempts_finished"],
+}
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
@@ -144,7 +155,11 @@ sa.Index("ix_jobs_running", jobs.c.queue, jobs.c.deadline,
 _expiring = sa.and_(jobs.c.status == QUEUED, jobs.c.expires_at.is_not(None))
 sa.Index("ix_jobs_expires", jobs.c.expires_at,
          postgresql_where=_expiring, sqlite_where=_expiring)
-sa.Index("ux_jobs_correlation_key", jobs.c.correlation_key, unique=True)
+# Only jobs with a key (running ones, and queued ones with a fixed key) are in it:
+# a plain enqueue adds no entry. ``correlation_key = ...`` lookups imply NOT NULL.
+_has_key = jobs.c.correlation_key.is_not(None)
+sa.Index("ux_jobs_correlation_key", jobs.c.correlation_key, unique=True,
+         postgresql_where=_has_key, sqlite_where=_has_key)
 
 archived_jobs = sa.Table(
     "archived_jobs", metadata, *_job_columns(),
@@ -171,7 +186,6 @@ job_attempts = sa.Table(
 )
 sa.Index("ix_job_attempts_job", job_attempts.c.queue, job_attempts.c.job_id,
          job_attempts.c.attempt)
-sa.Index("ix_job_attempts_finished", job_attempts.c.finished_at)
 
 response_inbox = sa.Table(
     "response_inbox", metadata,

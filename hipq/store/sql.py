@@ -155,11 +155,15 @@ class SQLStore:
     async def migrate(self) -> int:
         """Create or upgrade the schema; idempotent. Returns the schema version."""
         async with self._tx() as conn:
-            await conn.run_sync(s.metadata.create_all)
             current = await self._version(conn)
             if current is not None and current > s.SCHEMA_VERSION:
                 raise SchemaError(f"database schema version {current} is newer than this "
                                   f"hipq ({s.SCHEMA_VERSION}); upgrade hipq")
+            await conn.run_sync(s.metadata.create_all)
+            for version in sorted(s.UPGRADES):
+                if current is not None and current < version:
+                    for statement in s.UPGRADES[version]:
+                        await conn.exec_driver_sql(statement)
             stmt = self._insert(s.meta).values(key="schema_version",
                                                value=str(s.SCHEMA_VERSION))
             await conn.execute(stmt.on_conflict_do_update(

@@ -115,3 +115,61 @@ async def test_migrate_is_idempotent(store: SQLStore) -> None:
     async with store.engine.connect() as conn:
         rows = (await conn.execute(sa.text("SELECT key, value FROM hipq_meta"))).all()
     assert [tuple(r) for r in rows] == [("schema_version", str(SCHEMA_VERSION))]
+
+
+VERSION_1 = [  # what version 1 had where version 2 differs
+    "DROP INDEX ux_jobs_correlation_key",
+    "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key)",
+    "CREATE INDEX ix_job_attempts_finished ON job_attempts (finished_at)",
+    "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
+]
+
+
+async def test_migrate_upgrades_a_version_1_database(
+        empty_database: Callable[[], Awaitable[str]]) -> None:
+    expected = await _shape_after_migrate(await empty_database())
+    url = await empty_database()
+    await migrate_database(url)
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in VERSION_1:
+            await conn.execute(statement)
+        await conn.execute("INSERT INTO jobs (queue, id, token, status, data, run_at, priority, "
+                           "weight, critical, timeout_seconds, correlation_fixed, attempt, "
+                           "max_attempts, created_at, updated_at, launch_confirmed, body_hash) "
+                           "VALUES ('q', 'kept', 't', 'queued', '{}', now(), 1, 1, false, 1, "
+                           "false, 0, 1, now(), now(), false, 'h')")
+    finally:
+        await conn.close()
+    store = await open_store(url)
+    try:
+        with pytest.raises(SchemaError, match="version 1"):
+            await store.check_schema()
+        assert await store.migrate() == SCHEMA_VERSION
+        await store.check_schema()
+        assert await store.job_get("q", "kept") is not None
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(url)
+    try:
+        assert await _shape(conn) == expected
+    finally:
+        await conn.close()
+
+
+async def test_migrate_upgrades_a_version_1_sqlite_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/v1.db"
+    store = await open_store(url)
+    try:
+        await store.migrate()
+        async with store.engine.begin() as conn:
+            for statement in VERSION_1:
+                await conn.exec_driver_sql(statement)
+        assert await store.migrate() == SCHEMA_VERSION
+        async with store.engine.connect() as conn:
+            indexes = dict((await conn.exec_driver_sql(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index'")).all())
+    finally:
+        await store.close()
+    assert "ix_job_attempts_finished" not in indexes
+    assert "WHERE correlation_key IS NOT NULL" in indexes["ux_jobs_correlation_key"]
