@@ -264,6 +264,18 @@ class SQLStore:
         firsts: dict[tuple[str, str], Job] = {}
         for job in new_jobs:
             firsts.setdefault(job.key, job)
+        if self.is_postgres and len(firsts) == len(new_jobs) <= PG_INSERT_CHUNK and new_jobs:
+            # the common case, distinct new jobs: one statement, and when every row
+            # went in, the answers without looking anything up
+            async with self._autocommit() as db:
+                sql, params = pg.insert_jobs(new_jobs)
+                rows = await db.fetch(sql, *params)
+                if len(rows) == len(new_jobs):
+                    created = InsertStatus.CREATED
+                    return [InsertOutcome(id=job.id, status=created, job=job)
+                            for job in new_jobs]
+                found = await self._insert_answers(db, new_jobs, rows)
+            return [found[job.key] for job in new_jobs]
         outcomes: dict[tuple[str, str], InsertOutcome] = {}
         if self.is_postgres:  # one statement per chunk, each atomic: no transaction
             async with self._autocommit() as db:
@@ -309,7 +321,12 @@ class SQLStore:
         answered as a repeat of the archived job)."""
         unique = list({job.key: job for job in chunk}.values())
         sql, params = pg.insert_jobs(unique)
-        rows = await db.fetch(sql, *params)
+        return await self._insert_answers(db, unique, await db.fetch(sql, *params))
+
+    async def _insert_answers(self, db: Any, unique: Sequence[Job],
+                              rows: Sequence[Any]) -> dict[tuple[str, str], InsertOutcome]:
+        """The outcome of each job of an INSERT that returned ``rows`` (those it
+        inserted); the others are answered from what is stored."""
         inserted = {(r["queue"], r["id"]) for r in rows}
         missing: dict[str, list[str]] = {}
         for job in unique:
