@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--chunk", type=int, default=1000)
-    parser.add_argument("--fetch-limit", type=int, default=1000)
+    parser.add_argument("--fetch-limit", type=int, default=ReconcileConfig().fetch_limit)
     parser.add_argument("--profile")
     parser.add_argument("--analyze", action="store_true",
                         help="ANALYZE after enqueueing (process a table with statistics)")

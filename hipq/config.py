@@ -205,7 +205,7 @@ class ApiConfig(_Strict):
 class ReconcileConfig(_Strict):
     interval_seconds: float = Field(default=5.0, gt=0)
     lease_seconds: float = Field(default=30.0, gt=0)
-    fetch_limit: int = Field(default=1000, ge=1, le=10000)
+    fetch_limit: int = Field(default=2000, ge=1, le=10000)
     launch_concurrency: int = Field(default=100, ge=1)
     debounce_seconds: float = Field(default=0.005, ge=0)
     # False: no early wake-ups (work arriving waits for the next interval tick)
