@@ -210,6 +210,9 @@ class ReconcileConfig(_Strict):
     debounce_seconds: float = Field(default=0.005, ge=0)
     # False: no early wake-ups (work arriving waits for the next interval tick)
     early_wake: bool = True
+    # PostgreSQL: vacuum the jobs table after this many jobs moved through it
+    # (claimed or ended) since the last time; 0 leaves it to autovacuum
+    vacuum_every: int = Field(default=10_000, ge=0)
 
 
 class ResponsesConfig(_Strict):

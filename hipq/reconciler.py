@@ -163,6 +163,9 @@ class Reconciler:
         self._seen_queues: set[str] = set()
         self._stopping = False
         self._candidates: dict[str, list[Job]] = {}
+        self._moved = 0  # jobs claimed or ended since the jobs table was last vacuumed
+        self._vacuum: asyncio.Task[bool] | None = None
+        self._vacuums = self.config.vacuum_every > 0
 
     # -- the tick ----------------------------------------------------------------
 
@@ -185,7 +188,32 @@ class Reconciler:
         if result.changed:
             log.info("reconcile tick: %s", dict(counters.values),
                      extra={"action": "tick"})
+        self._maintain(result)
         return result
+
+    def _maintain(self, result: ReconcileResult) -> None:
+        """Vacuum the jobs table in the background once enough jobs moved through
+        it (``reconcile.vacuum_every``); one vacuum at a time; given up for good
+        where the store cannot (SQLite, or not allowed)."""
+        self._moved += result.launched + result.finished
+        if not self._vacuums or self._moved < self.config.vacuum_every:
+            return
+        if self._vacuum is not None and not self._vacuum.done():
+            return
+        self._moved = 0
+
+        async def vacuum() -> bool:
+            try:
+                done = await self.store.jobs_vacuum()
+            except HipqError as exc:
+                log.warning("vacuum of the jobs table failed: %s", exc,
+                            extra={"action": "vacuum_error"})
+                return True  # try again later
+            if not done:
+                self._vacuums = False
+            return done
+
+        self._vacuum = asyncio.ensure_future(vacuum())
 
     async def _steps_1_to_5(self, queues: Mapping[str, QueueRecord], now: datetime,
                             counters: _Counters) -> None:
@@ -636,8 +664,11 @@ class Reconciler:
         await self.launcher.flush()
 
     async def drain(self) -> None:
-        """Wait until every launch of earlier ticks has finished and been recorded."""
+        """Wait until every launch of earlier ticks has finished and been recorded
+        (and a vacuum under way has ended)."""
         await self.launcher.drain()
+        if self._vacuum is not None:
+            await self._vacuum
 
     def stop(self) -> None:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""

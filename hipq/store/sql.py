@@ -611,6 +611,25 @@ class SQLStore:
                  for r in claimed}
         return [by_id[i] for i in ids if i in by_id]
 
+    async def jobs_vacuum(self) -> bool:
+        """PostgreSQL: ``VACUUM`` the hot ``jobs`` table (skipped if another vacuum
+        holds it). Every job is inserted, updated and deleted there, so between
+        autovacuum runs (a minute apart at best) its indexes fill with entries of
+        jobs long gone, which every insert and due-jobs scan then steps over.
+        False where there is nothing to do (SQLite) or it is not allowed."""
+        if not self.is_postgres:
+            return False
+        try:
+            async with self._autocommit() as db:
+                await db.execute("VACUUM (SKIP_LOCKED) jobs")
+        except TransientStoreError:
+            raise
+        except StoreError as exc:
+            log.warning("cannot vacuum the jobs table (%s); leaving it to autovacuum", exc,
+                        extra={"action": "vacuum_refused"})
+            return False
+        return True
+
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
                                       owner: str) -> int:
         """Record that these launches (queue, id, attempt) reached their target."""

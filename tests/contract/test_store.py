@@ -814,3 +814,37 @@ async def test_recovers_when_the_database_drops_its_connections(store: SQLStore,
     assert failures <= 1
     await insert(store, *jobs[2:])
     assert {j.id for j in await store.job_load_running(queue=Q)} == {"r0", "r1"}
+
+
+# -- maintenance ------------------------------------------------------------------------
+
+
+async def test_vacuum_clears_the_jobs_table_of_jobs_long_gone(store: SQLStore,
+                                                              clock: FakeClock) -> None:
+    """PostgreSQL vacuums the hot table on request (the reconcile loop asks every
+    ``reconcile.vacuum_every`` jobs); SQLite has nothing to do and says so."""
+    running = await start(store, clock, *(make_job(clock, f"v{i}") for i in range(50)))
+    await store.persist_batch(changes=[archive(j) for j in running], owner=OWNER,
+                              now=clock.now())
+    if not store.is_postgres:
+        assert await store.jobs_vacuum() is False
+        return
+    import asyncpg
+
+    url = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(url)
+    try:
+        dead = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        count = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        before = await conn.fetchval(count)
+        assert await store.jobs_vacuum() is True
+        for _ in range(50):  # statistics reach other sessions at their next snapshot
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            if await conn.fetchval(count) > before:
+                break
+            await asyncio.sleep(0.05)
+        assert await conn.fetchval(count) == before + 1
+        assert await conn.fetchval(dead) == 0
+    finally:
+        await conn.close()
+    assert await store.job_get(Q, "v0") is not None  # archived, still there

@@ -179,3 +179,37 @@ async def test_capacity_freed_at_step_0_is_reused_in_the_same_tick(
     assert (result.finished, result.launched) == (1, 1)
     assert target.ids() == ["a", "b"]
     assert [j.id for j in await store.job_load_running(queue="q")] == ["b"]
+
+
+async def test_the_jobs_table_is_vacuumed_every_so_many_jobs(
+        hipq: Hipq, store: SQLStore, clock: FakeClock, target: MemoryTarget,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hipq.config import ReconcileConfig
+
+    calls: list[int] = []
+    real = store.jobs_vacuum
+
+    async def counted() -> bool:
+        calls.append(1)
+        return await real()
+
+    monkeypatch.setattr(store, "jobs_vacuum", counted)
+    reconciler = Reconciler(store, clock=clock, owner="o1", memory_targets={"t": target},
+                            config=ReconcileConfig(vacuum_every=6))
+    await hipq.create_queue(queue())
+    for i in range(4):
+        await enqueue(hipq, f"a{i}")
+    await tick(reconciler)  # 4 launched
+    assert calls == []
+    for i in range(4):
+        await respond(hipq, f"a{i}")
+    await tick(reconciler)  # 4 finished: 8 moved
+    assert calls == [1]
+    for i in range(4):
+        await enqueue(hipq, f"b{i}")
+    await tick(reconciler)  # 4 launched
+    for i in range(4):
+        await respond(hipq, f"b{i}")
+    await tick(reconciler)  # 4 finished
+    # PostgreSQL vacuums again after 6 more; SQLite said there is nothing to do
+    assert len(calls) == (2 if store.is_postgres else 1)
