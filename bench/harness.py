@@ -352,7 +352,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--single-in-flight", type=int, default=16, help="PUT requests in flight")
     p.add_argument("--single-jobs", type=int, default=20000,
                    help="jobs of each single-PUT lifecycle run")
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--repeat", type=int, default=3,
                    help="runs of each batch lifecycle and paused enqueue (median reported)")
     p.add_argument("--skip-sync-single", action="store_true",
                    help="no single-PUT lifecycle run for the HTTP sync target")

@@ -212,7 +212,7 @@ class ReconcileConfig(_Strict):
     early_wake: bool = True
     # PostgreSQL: vacuum the jobs table after this many jobs moved through it
     # (claimed or ended) since the last time; 0 leaves it to autovacuum
-    vacuum_every: int = Field(default=10_000, ge=0)
+    vacuum_every: int = Field(default=4000, ge=0)
 
 
 class ResponsesConfig(_Strict):
