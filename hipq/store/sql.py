@@ -268,8 +268,11 @@ class SQLStore:
             # the common case, distinct new jobs: one statement, and when every row
             # went in, the answers without looking anything up
             async with self._autocommit() as db:
-                sql, params = pg.insert_jobs(new_jobs)
-                rows = await db.fetch(sql, *params)
+                insert = pg.insert_jobs(new_jobs)
+                try:  # without ON CONFLICT first: a repeat of a live job is the rare case
+                    rows = await db.fetch(insert.plain, *insert.params)
+                except pg.UNIQUE_VIOLATION:
+                    rows = await db.fetch(insert.guarded, *insert.params)
                 if len(rows) == len(new_jobs):
                     created = InsertStatus.CREATED
                     return [InsertOutcome(id=job.id, status=created, job=job)
@@ -320,8 +323,9 @@ class SQLStore:
         """One INSERT of column arrays; an id already archived is not inserted (it is
         answered as a repeat of the archived job)."""
         unique = list({job.key: job for job in chunk}.values())
-        sql, params = pg.insert_jobs(unique)
-        return await self._insert_answers(db, unique, await db.fetch(sql, *params))
+        insert = pg.insert_jobs(unique)
+        return await self._insert_answers(db, unique,
+                                          await db.fetch(insert.guarded, *insert.params))
 
     async def _insert_answers(self, db: Any, unique: Sequence[Job],
                               rows: Sequence[Any]) -> dict[tuple[str, str], InsertOutcome]:
