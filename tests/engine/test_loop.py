@@ -68,34 +68,11 @@ async def test_a_retried_job_runs_again_only_after_being_fetched_again(
 
 
 async def test_a_job_leaves_running_only_once_persisted(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    await hipq.create_queue(queue())
-    await enqueue(hipq, "a")
-    await tick(reconciler)
-    await respond(hipq, "a")
-    persist = store.persist_batch
-
-    async def unavailable(**_: object) -> set[tuple[str, str]]:
-        raise TransientStoreError("database restarting")
-
-    monkeypatch.setattr(store, "persist_batch", unavailable)
-    with pytest.raises(TransientStoreError):
-        await reconciler.run_once()
-    assert (await job(hipq, "a")).status is JobState.RUNNING
-    assert ("q", "a") in reconciler.batch
-
-    monkeypatch.setattr(store, "persist_batch", persist)
-    assert (await tick(reconciler)).finished == 1
-    assert (await job(hipq, "a")).status is JobState.SUCCEEDED
-    assert list((await inbox_outcomes(store)).values()) == ["applied"]
-
-
-async def test_jobs_claimed_while_persisting_fails_are_still_launched(
         hipq: Hipq, reconciler: Reconciler, store: SQLStore, target: MemoryTarget,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Step 3 runs beside steps 1-5: when it fails, the new batch it raced with is
-    marked running and launched all the same (never left running unsent)."""
+    """Step 3 fails: the ended job stays in the batch (and running in the database)
+    until a later tick persists it; the new batch step 3 ran beside is marked
+    running and launched all the same (never left running unsent)."""
     await hipq.create_queue(queue())
     await enqueue(hipq, "a")
     await tick(reconciler)
@@ -110,14 +87,16 @@ async def test_jobs_claimed_while_persisting_fails_are_still_launched(
     with pytest.raises(TransientStoreError):
         await reconciler.run_once()
     await reconciler.drain()
+    assert (await job(hipq, "a")).status is JobState.RUNNING
+    assert set(reconciler.batch) == {("q", "a"), ("q", "b")}
     assert [j.id for j in target.launched] == ["a", "b"]
     assert (await job(hipq, "b")).status is JobState.RUNNING
-    assert set(reconciler.batch) == {("q", "a"), ("q", "b")}
 
     monkeypatch.setattr(store, "persist_batch", persist)
     assert (await tick(reconciler)).finished == 1
     assert (await job(hipq, "a")).status is JobState.SUCCEEDED
     assert (await job(hipq, "b")).status is JobState.RUNNING
+    assert list((await inbox_outcomes(store)).values()) == ["applied"]
 
 
 async def test_the_retry_plugin_sees_a_copy(
