@@ -264,21 +264,6 @@ class SQLStore:
         firsts: dict[tuple[str, str], Job] = {}
         for job in new_jobs:
             firsts.setdefault(job.key, job)
-        if self.is_postgres and len(firsts) == len(new_jobs) <= PG_INSERT_CHUNK and new_jobs:
-            # the common case, distinct new jobs: one statement, and when every row
-            # went in, the answers without looking anything up
-            async with self._autocommit() as db:
-                insert = pg.insert_jobs(new_jobs)
-                try:  # without ON CONFLICT first: a repeat of a live job is the rare case
-                    rows = await db.fetch(insert.plain, *insert.params)
-                except pg.UNIQUE_VIOLATION:
-                    rows = await db.fetch(insert.guarded, *insert.params)
-                if len(rows) == len(new_jobs):
-                    created = InsertStatus.CREATED
-                    return [InsertOutcome(id=job.id, status=created, job=job)
-                            for job in new_jobs]
-                found = await self._insert_answers(db, new_jobs, rows)
-            return [found[job.key] for job in new_jobs]
         outcomes: dict[tuple[str, str], InsertOutcome] = {}
         if self.is_postgres:  # one statement per chunk, each atomic: no transaction
             async with self._autocommit() as db:
@@ -320,17 +305,19 @@ class SQLStore:
 
     async def _insert_chunk_pg(self, db: Any,
                                chunk: Sequence[Job]) -> dict[tuple[str, str], InsertOutcome]:
-        """One INSERT of column arrays; an id already archived is not inserted (it is
-        answered as a repeat of the archived job)."""
+        """One INSERT of column arrays, first without ON CONFLICT (a repeat of a live
+        job is the rare case; it fails the statement, which then runs guarded); an
+        id already archived is not inserted (it is answered as a repeat of the
+        archived job). When every row went in, nothing is looked up."""
         unique = list({job.key: job for job in chunk}.values())
         insert = pg.insert_jobs(unique)
-        return await self._insert_answers(db, unique,
-                                          await db.fetch(insert.guarded, *insert.params))
-
-    async def _insert_answers(self, db: Any, unique: Sequence[Job],
-                              rows: Sequence[Any]) -> dict[tuple[str, str], InsertOutcome]:
-        """The outcome of each job of an INSERT that returned ``rows`` (those it
-        inserted); the others are answered from what is stored."""
+        try:
+            rows = await db.fetch(insert.plain, *insert.params)
+        except pg.UNIQUE_VIOLATION:
+            rows = await db.fetch(insert.guarded, *insert.params)
+        if len(rows) == len(unique):
+            created = InsertStatus.CREATED
+            return {job.key: InsertOutcome(id=job.id, status=created, job=job) for job in unique}
         inserted = {(r["queue"], r["id"]) for r in rows}
         missing: dict[str, list[str]] = {}
         for job in unique:
