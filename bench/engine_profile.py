@@ -25,7 +25,7 @@ from common import drop_database, fresh_database, postgres
 
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
-from hipq.reconciler import Reconciler
+from hipq.engine import Reconciler
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import open_store
@@ -80,13 +80,13 @@ async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
 
 
 def _time_store() -> dict[str, list[float]]:
-    """Wrap every public coroutine of SQLStore to sum its wall time."""
+    """Wrap every public coroutine of Store to sum its wall time."""
     import functools
     import inspect
 
-    from hipq.store.sql import SQLStore
+    from hipq.store.sql import Store
     spent: dict[str, list[float]] = {}
-    for name, fn in list(vars(SQLStore).items()):
+    for name, fn in list(vars(Store).items()):
         if name.startswith("_") or not inspect.iscoroutinefunction(fn):
             continue
 
@@ -101,7 +101,7 @@ def _time_store() -> dict[str, list[float]]:
                     cell[0] += time.perf_counter() - t
                     cell[1] += 1
             return timed
-        setattr(SQLStore, name, wrap())
+        setattr(Store, name, wrap())
     return spent
 
 

@@ -45,9 +45,10 @@ from sqlalchemy import event
 
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
-from hipq.reconciler import Reconciler
+from hipq.engine import Reconciler
 from hipq.service import Hipq
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
+from hipq.targets import Targets
 from hipq.testing import MemoryTarget, bulk_insert_jobs_sql, succeed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,7 +90,7 @@ class StatementTimes:
         spent, self.current = self.current, 0.0
         return spent
 
-    def attach(self, store: SQLStore) -> None:
+    def attach(self, store: Store) -> None:
         engine = store.engine.sync_engine
 
         @event.listens_for(engine, "before_cursor_execute")
@@ -174,7 +175,7 @@ async def run_size(server: str, size: int, args: argparse.Namespace) -> SizeResu
             await admin(server, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
-async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
+async def measure(store: Store, raw: asyncpg.Connection, size: int,
                   args: argparse.Namespace) -> SizeResult:
     await store.migrate()
     clock = SystemClock()
@@ -193,7 +194,7 @@ async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
     target = MemoryTarget(succeed)
     reconciler = Reconciler(store, clock=clock, owner="bench",
                             config=ReconcileConfig(launch_concurrency=CONCURRENCY),
-                            memory_targets={"t": target})
+                            targets=Targets(memory={"t": target}))
     next_id = size + 1
     ticks_ms: list[float] = []
     db_ms: list[float] = []

@@ -1,15 +1,36 @@
-"""hipq: a durable job scheduler daemon for work that talks to external services."""
+"""hipq: a durable job scheduler daemon for work that talks to external services.
 
-from hipq.config import QueueConfig, Settings, load_config
-from hipq.daemon import Daemon
-from hipq.errors import ConfigError, ConflictError, HipqError, JobNotFound, QueueNotFound
-from hipq.jobs import Job, JobState
-from hipq.reconciler import Reconciler, ReconcileResult
-from hipq.schemas import EnqueueRequest, ResponseRequest
-from hipq.service import Hipq
-from hipq.store import SQLStore, open_store
+The names below are imported on first use (PEP 562), so ``import hipq.plugins``
+or ``import hipq.client`` does not load the database drivers, aiohttp or aiokafka.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_WHERE = {
+    "ConfigError": "hipq.errors",
+    "ConflictError": "hipq.errors",
+    "Daemon": "hipq.daemon",
+    "EnqueueRequest": "hipq.schemas",
+    "Hipq": "hipq.service",
+    "HipqError": "hipq.errors",
+    "Job": "hipq.jobs",
+    "JobNotFound": "hipq.errors",
+    "JobState": "hipq.jobs",
+    "QueueConfig": "hipq.config",
+    "QueueNotFound": "hipq.errors",
+    "ReconcileResult": "hipq.engine",
+    "Reconciler": "hipq.engine",
+    "ResponseRequest": "hipq.schemas",
+    "Settings": "hipq.config",
+    "Store": "hipq.store",
+    "load_config": "hipq.config",
+    "open_store": "hipq.store",
+}
 
 __all__ = [
     "ConfigError",
@@ -26,8 +47,31 @@ __all__ = [
     "ReconcileResult",
     "Reconciler",
     "ResponseRequest",
-    "SQLStore",
     "Settings",
+    "Store",
     "load_config",
     "open_store",
 ]
+
+if TYPE_CHECKING:
+    from hipq.config import QueueConfig, Settings, load_config
+    from hipq.daemon import Daemon
+    from hipq.engine import Reconciler, ReconcileResult
+    from hipq.errors import ConfigError, ConflictError, HipqError, JobNotFound, QueueNotFound
+    from hipq.jobs import Job, JobState
+    from hipq.schemas import EnqueueRequest, ResponseRequest
+    from hipq.service import Hipq
+    from hipq.store import Store, open_store
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hipq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

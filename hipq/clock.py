@@ -43,8 +43,3 @@ def utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
-
-
-def wall_time() -> float:
-    """Seconds since the epoch, for log records and metrics only."""
-    return time.time()

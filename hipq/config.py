@@ -12,6 +12,7 @@ import os
 import re
 import zoneinfo
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -20,11 +21,14 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
+from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
+from hipq.throttling import windows
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
 QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process
 
 
 class _Strict(BaseModel):
@@ -164,8 +168,6 @@ class QueueConfig(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> QueueConfig:
         if self.time_windows is not None:
-            from hipq.throttling import windows
-
             windows.validate([w.model_dump() for w in self.time_windows], self.timezone)
         if self.quotas is not None and self.concurrency is None:
             raise ValueError("quotas need a concurrency to share")
@@ -180,10 +182,32 @@ class QueueConfig(_Strict):
             return self.critical_concurrency
         return self.concurrency
 
+    def to_spec(self) -> QueueSpec:
+        """The frozen, typed view the engine, throttlers and plugins work with."""
+        quotas, rate = self.quotas, self.rate_limit
+        return QueueSpec(
+            id=self.id, delivery_strategy=self.delivery_strategy, attempts=self.attempts,
+            concurrency=self.concurrency,
+            critical_concurrency=self.effective_critical_concurrency,
+            ordering=self.ordering, aging_seconds=self.aging_seconds,
+            timeout_seconds=self.timeout_seconds,
+            heartbeat_timeout_seconds=self.heartbeat_timeout_seconds,
+            default_weight=self.default_weight, timezone=self.timezone,
+            time_windows=None if self.time_windows is None else tuple(
+                MappingProxyType(w.model_dump()) for w in self.time_windows),
+            quotas=None if quotas is None else QuotaSpec(
+                field=quotas.field, shares=MappingProxyType(dict(quotas.shares)),
+                default=quotas.default, lend_unused=quotas.lend_unused),
+            rate_limit=None if rate is None else RateLimitSpec(
+                launches=rate.launches, per_seconds=rate.per_seconds, by=rate.by),
+            merge_by_ordering_key=self.merge_by_ordering_key,
+            ordering_key_mode=self.ordering_key_mode, paused=self.paused,
+            custom_throttler=self.throttler is not None)
+
 
 class DatabaseConfig(_Strict):
     url: str = DEFAULT_DATABASE_URL
-    pool_size: int = Field(default=20, ge=1)
+    pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1)
     notify: bool = True
 
 

@@ -18,6 +18,8 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -25,13 +27,13 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from hipq.api import ApiDeps, ApiServer
 from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
+from hipq.engine import Reconciler
 from hipq.errors import ConfigError, HipqError, TransientStoreError
-from hipq.reconciler import Reconciler
 from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
 from hipq.service import Hipq
-from hipq.store import SQLStore, open_store
-from hipq.targets import Target
+from hipq.store import Store, open_store
+from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
 
@@ -63,6 +65,9 @@ def make_owner_id() -> str:
 
 
 class Daemon:
+    """``open()`` then ``run(stop=...)``; every resource it opens is registered on one
+    :class:`~contextlib.AsyncExitStack`, closed in reverse order by :meth:`shutdown`."""
+
     def __init__(self, settings: Settings, *, clock: Clock | None = None,
                  memory_targets: Mapping[str, Target] | None = None,
                  migrate: bool = True) -> None:
@@ -71,89 +76,111 @@ class Daemon:
         self.memory_targets = memory_targets
         self.migrate = migrate
         self.owner = make_owner_id()
-        self.store: SQLStore | None = None
-        self.service: Hipq | None = None
-        self.reconciler: Reconciler | None = None
-        self._scheduler: AsyncIOScheduler | None = None
+        self._stack = AsyncExitStack()
         self._tick_lock = asyncio.Lock()
         self._again = False
         self._wake_handle: asyncio.TimerHandle | None = None
-        self.http: HttpClient | None = None
-        self.kafka_producer: KafkaProducer | None = None
-        self.kafka_consumer: KafkaResponseConsumer | None = None
-        self.api: ApiServer | None = None
+        self._scheduler: AsyncIOScheduler | None = None
+        self._opened: _Opened | None = None
         self.api_port: int | None = None  # the bound port once the API serves
+
+    # the parts, once open() has run
+    @property
+    def parts(self) -> _Opened:
+        if self._opened is None:
+            raise RuntimeError("the daemon is not open: call open() first")
+        return self._opened
+
+    @property
+    def store(self) -> Store:
+        return self.parts.store
+
+    @property
+    def service(self) -> Hipq:
+        return self.parts.service
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.parts.reconciler
+
+    @property
+    def kafka_consumer(self) -> KafkaResponseConsumer | None:
+        return self.parts.kafka_consumer
 
     async def open(self) -> Hipq:
         """Open and migrate the store, apply the YAML queues; return the service."""
-        self.store = await open_store(self.settings.database.url,
-                                      pool_size=self.settings.database.pool_size)
+        if self._opened is not None:
+            return self._opened.service
         try:
-            if self.migrate:
-                await self.store.migrate()
-            else:
-                await self.store.check_schema()
-            self.service = Hipq(self.store, clock=self.clock, on_work=self.wake)
-            for queue in self.settings.queues:
-                await self.service.create_queue(queue)
-            signer = await load_signer(self.store, self.settings.signing_key)
+            self._opened = await self._open_parts()
         except BaseException:
-            await self.store.close()
+            await self._stack.aclose()
             raise
-        self.http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
-        if self.settings.api.enabled:
-            self.api = ApiServer(ApiDeps(service=self.service, config=self.settings.api,
-                                         signer=signer))
-        self.reconciler = Reconciler(self.store, clock=self.clock, owner=self.owner,
-                                     config=self.settings.reconcile,
-                                     responses=self.settings.responses,
-                                     memory_targets=self.memory_targets, on_wake=self.wake,
-                                     http_client=self.http,
-                                     kafka_producer=self._open_kafka())
-        return self.service
+        return self._opened.service
 
-    def _open_kafka(self) -> KafkaProducer | None:
-        """The shared producer and the response consumer; both connect lazily and
-        retry with back-off, so a broker that is down never stops the daemon."""
-        kafka = self.settings.kafka
-        if kafka is None or self.store is None:
-            return None
-        self.kafka_producer = KafkaProducer(kafka, clock=self.clock)
-        self.kafka_consumer = KafkaResponseConsumer(kafka, self.store, clock=self.clock,
-                                                    on_work=self.wake)
-        return self.kafka_producer
+    async def _open_parts(self) -> _Opened:
+        store = await open_store(self.settings.database.url,
+                                 pool_size=self.settings.database.pool_size)
+        self._stack.push_async_callback(store.close)
+        if self.migrate:
+            await store.migrate()
+        else:
+            await store.check_schema()
+        service = Hipq(store, clock=self.clock, on_work=self.wake)
+        for queue in self.settings.queues:
+            await service.create_queue(queue)
+        signer = await load_signer(store, self.settings.signing_key)
+        http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
+        self._stack.push_async_callback(http.close)
+        producer, consumer = None, None
+        if self.settings.kafka is not None:  # both connect lazily, retrying with back-off
+            producer = KafkaProducer(self.settings.kafka, clock=self.clock)
+            self._stack.push_async_callback(producer.close)
+            consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
+                                             on_work=self.wake)
+        api = None
+        if self.settings.api.enabled:
+            api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer))
+        reconciler = Reconciler(
+            store, clock=self.clock, owner=self.owner, config=self.settings.reconcile,
+            responses=self.settings.responses, on_wake=self.wake,
+            targets=Targets(memory=self.memory_targets, http=http, kafka=producer))
+        return _Opened(store=store, service=service, reconciler=reconciler, http=http,
+                       api=api, kafka_consumer=consumer)
 
     async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
-        if self.service is None:
-            await self.open()
-        await self._start_http()
-        self._start_scheduler()
-        if self.kafka_consumer is not None:
-            self.kafka_consumer.start()
-        log.info("hipq running as %s (database %s)", self.owner,
-                 self.settings.database.url.split("@")[-1], extra={"action": "start"})
-        if ready is not None:
-            ready.set()
+        await self.open()
         try:
+            await self._start()
+            log.info("hipq running as %s (database %s)", self.owner,
+                     self.settings.database.url.split("@")[-1], extra={"action": "start"})
+            if ready is not None:
+                ready.set()
             await stop.wait()
         finally:
             await self.shutdown()
 
-    async def _start_http(self) -> None:
-        """The shared HTTP client session, then the API (callback URLs need its port)."""
-        assert self.http is not None
-        await self.http.start()
-        if self.api is not None:
+    async def _start(self) -> None:
+        """Clients, the API, the loop, the consumer; each registers its own stop.
+        Unwinding runs them backwards: the consumer, the loop and the API stop first,
+        then the last tick persists (:meth:`_finish`), then the clients close."""
+        parts = self.parts
+        self._stack.push_async_callback(self._finish)
+        await parts.http.start()
+        if parts.api is not None:
             try:
-                self.api_port = await self.api.start()
+                self.api_port = await parts.api.start()
             except OSError as exc:
-                await self.http.close()
-                if self.store is not None:
-                    await self.store.close()
                 raise ConfigError(f"api: cannot listen on {self.settings.api.host}:"
                                   f"{self.settings.api.port}: {exc.strerror}") from None
-            if self.http.public_url is None:
-                self.http.public_url = self.api.url
+            self._stack.push_async_callback(parts.api.stop)
+            if parts.http.public_url is None:
+                parts.http.public_url = parts.api.url
+        self._start_scheduler()
+        self._stack.callback(self._stop_scheduler)
+        if parts.kafka_consumer is not None:
+            parts.kafka_consumer.start()
+            self._stack.push_async_callback(parts.kafka_consumer.stop)
 
     def _start_scheduler(self) -> None:
         scheduler = AsyncIOScheduler(timezone=UTC)
@@ -198,7 +225,6 @@ class Daemon:
         if self._tick_lock.locked():
             self._again = True
             return
-        assert self.reconciler is not None
         async with self._tick_lock:
             self._again = True
             while self._again:
@@ -219,7 +245,6 @@ class Daemon:
                     await asyncio.sleep(pause)  # noqa: TID251
 
     async def prune(self) -> None:
-        assert self.store is not None
         before = self.clock.now() - timedelta(days=self.settings.archive.retention_days)
         try:
             pruned = PRUNE_BATCH
@@ -228,37 +253,41 @@ class Daemon:
         except HipqError as exc:
             log.warning("archive pruning failed: %s", exc, extra={"action": "prune_error"})
 
-    async def shutdown(self) -> None:
-        log.info("shutting down", extra={"action": "stop"})
-        if self.api is not None:
-            await self.api.stop()
+    def _stop_scheduler(self) -> None:
         if self._wake_handle is not None:
             self._wake_handle.cancel()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
-        if self.kafka_consumer is not None:
-            await self.kafka_consumer.stop()
+
+    async def _finish(self) -> None:
+        """Stop fetching, let in-flight launches finish and be recorded (bounded by
+        a grace period), run a last persist-only tick, release the leases. Running
+        jobs stay running in the database for the next owner."""
+        reconciler = self.reconciler
+        reconciler.stop()
         try:
-            if self.reconciler is not None:
-                self.reconciler.stop()
-                async with self._tick_lock:
-                    try:
-                        await asyncio.wait_for(self.reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
-                    except TimeoutError:
-                        log.warning("some launches were still in flight at shutdown")
-                    await self.reconciler.run_once()
-            if self.store is not None:
-                await self.store.lease_release_all(owner=self.owner)
+            async with self._tick_lock:
+                try:
+                    await asyncio.wait_for(reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
+                except TimeoutError:
+                    log.warning("some launches were still in flight at shutdown")
+                await reconciler.run_once()
+            await self.store.lease_release_all(owner=self.owner)
         except HipqError as exc:
             log.warning("shutdown could not persist everything: %s", exc)
-        finally:
-            await self._close_clients()
 
-    async def _close_clients(self) -> None:
-        if self.kafka_producer is not None:
-            await self.kafka_producer.close()
-        if self.http is not None:
-            await self.http.close()
-        if self.store is not None:
-            await self.store.close()
+    async def shutdown(self) -> None:
+        """Close everything :meth:`open` and :meth:`run` started, in reverse order."""
+        log.info("shutting down", extra={"action": "stop"})
+        await self._stack.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    store: Store
+    service: Hipq
+    reconciler: Reconciler
+    http: HttpClient
+    api: ApiServer | None
+    kafka_consumer: KafkaResponseConsumer | None

@@ -9,6 +9,7 @@ is a guarded update, so replaying it is harmless.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +21,7 @@ from hipq.frozen import evolver, quick_init, reader
 DEFAULT_PRIORITY = 100
 DEFAULT_TIMEOUT_SECONDS = 86400.0
 JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
+JOB_ID_RE = re.compile(JOB_ID_PATTERN)  # use .fullmatch: "$" also matches before a final newline
 
 
 class JobState(StrEnum):
@@ -57,6 +59,21 @@ class ErrorKind(StrEnum):
     RESPONSE_FAILED = "response_failed"  # the downstream reported failure
     LOST = "lost"  # the owner died before the launch was confirmed
     PLUGIN = "plugin"  # a plugin raised while deciding about this job
+    EXPIRED = "expired"  # expires_at passed before the job was launched
+    CANCELLED = "cancelled"  # a user cancelled the job
+    DROPPED = "dropped"  # a throttler dropped the job instead of launching it
+
+
+class ResponseStatus(StrEnum):
+    """What a response (callback, Kafka message, target answer) says of a try."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RUNNING = "running"  # a heartbeat: the try goes on (its deadline moves)
+    CANCELLED = "cancelled"  # written by a cancel of a running job
+
+
+LATE_RESPONSE = "late_response"  # the outcome recorded for a response after its try ended
 
 
 # Kinds whose outcome is unknown: an at_most_once queue never retries them.
@@ -80,16 +97,27 @@ class JobError:
             out["data"] = self.data
         return out
 
-    @classmethod
-    def from_json(cls, raw: Any) -> JobError | None:
-        if not isinstance(raw, dict):
-            return None
-        return cls(
-            kind=str(raw.get("kind", "")),
-            detail=str(raw.get("detail", "")),
-            retryable=bool(raw.get("retryable", True)),
-            data=raw.get("data"),
-        )
+
+
+def expired_error() -> JobError:
+    return JobError(kind=ErrorKind.EXPIRED, detail="expires_at passed before launch")
+
+
+def cancelled_error() -> JobError:
+    return JobError(kind=ErrorKind.CANCELLED, detail="cancelled by a user", retryable=False)
+
+
+def dropped_error(reason: str) -> JobError:
+    return JobError(kind=ErrorKind.DROPPED, detail=reason)
+
+
+def timeout_error(deadline: datetime) -> JobError:
+    return JobError(kind=ErrorKind.TIMEOUT, detail=f"no response by {deadline.isoformat()}")
+
+
+def lost_error() -> JobError:
+    return JobError(kind=ErrorKind.LOST, detail="the daemon that launched this try died "
+                                                 "before the launch was confirmed")
 
 
 @quick_init

@@ -30,13 +30,24 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from hipq.errors import ConfigError
 from hipq.jobs import Job, JobError
-
-if TYPE_CHECKING:
-    from hipq.config import QueueConfig
+from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
+from hipq.throttling import (
+    DEFAULT_GROUP,
+    CapacityPool,
+    OrderingKeys,
+    QuotaPlan,
+    RateBudget,
+    effective_priority,
+    field_value,
+    group_of,
+    is_open,
+    next_open,
+    windows_of,
+)
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -45,8 +56,11 @@ __all__ = [
     "Job",
     "JobError",
     "OrderingKeys",
+    "QueueSpec",
     "QuotaPlan",
+    "QuotaSpec",
     "RateBudget",
+    "RateLimitSpec",
     "Retry",
     "RetryContext",
     "RetryStrategy",
@@ -59,17 +73,15 @@ __all__ = [
     "is_open",
     "load_object",
     "next_open",
+    "windows_of",
 ]
-
-
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThrottleContext:
     """What a throttler sees.
 
     Attributes:
-        queue: the queue's settings (``QueueConfig``).
+        queue: the queue's settings (a frozen :class:`QueueSpec`).
         candidates: due jobs, in the queue's order, bounded (never the whole backlog).
         running: the queue's running jobs (their weights count against capacity).
         now: aware UTC datetime.
@@ -77,7 +89,7 @@ class ThrottleContext:
             current window, per rate group (``""`` for a queue-wide limit).
     """
 
-    queue: QueueConfig
+    queue: QueueSpec
     candidates: Sequence[Job]
     running: Sequence[Job]
     now: datetime
@@ -188,12 +200,3 @@ def instantiate(path: str, options: Mapping[str, Any], method: str) -> Callable[
         return obj
     raise ConfigError(f"plugin {path!r} has no {method}() method and is not a function")
 
-
-# The built-in throttling parts, re-exported for plugins. Imported last: the
-# built-in throttler is itself written against the names above.
-from hipq.throttling.aging import effective_priority  # noqa: E402
-from hipq.throttling.capacity import CapacityPool  # noqa: E402
-from hipq.throttling.keys import OrderingKeys  # noqa: E402
-from hipq.throttling.quotas import DEFAULT_GROUP, QuotaPlan, field_value, group_of  # noqa: E402
-from hipq.throttling.rate import RateBudget  # noqa: E402
-from hipq.throttling.windows import is_open, next_open  # noqa: E402

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from hipq.config import QueueConfig, RetryConfig
+from hipq.config import RetryConfig
 from hipq.errors import ConfigError
 from hipq.jobs import UNKNOWN_OUTCOME_KINDS, DeliveryStrategy
 from hipq.plugins import GiveUp, Retry, RetryContext, instantiate
+from hipq.spec import QueueSpec
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def build_retry(config: RetryConfig) -> RetryFn:
 _FALLBACK = Exponential()
 
 
-def decide(queue: QueueConfig, strategy: RetryFn, ctx: RetryContext) -> Retry | GiveUp:
+def decide(queue: QueueSpec, strategy: RetryFn, ctx: RetryContext) -> Retry | GiveUp:
     """What to do after a failed try, under the rules every strategy obeys."""
     error = ctx.error
     if not error.retryable:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -93,7 +92,3 @@ def _json_shaped(value: Any) -> bool:
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool})
-
-
-def run_after_or(value: datetime | None, default: datetime) -> datetime:
-    return default if value is None else value

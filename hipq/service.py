@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +20,7 @@ from typing import Any
 
 from hipq.clock import Clock, SystemClock
 from hipq.config import QueueConfig
+from hipq.engine.throttle import build_throttler
 from hipq.errors import (
     ConfigError,
     ConflictError,
@@ -29,7 +29,7 @@ from hipq.errors import (
     StaleResponse,
     ValidationError,
 )
-from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
+from hipq.jobs import JOB_ID_RE, Attempt, Job, JobState
 from hipq.responses import correlation
 from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
@@ -40,12 +40,11 @@ from hipq.store import (
     QueueRecord,
     QueueStats,
     Response,
-    SQLStore,
+    Store,
 )
-from hipq.throttling import build_throttler, field_value, next_open
+from hipq.throttling import field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
 
-_JOB_ID = re.compile(JOB_ID_PATTERN)
 YIELD_EVERY = 250  # jobs built between two yields to the event loop
 QUEUE_CACHE_SECONDS = 1.0  # how stale an enqueue may see a queue changed by another daemon
 
@@ -55,7 +54,7 @@ def new_job_id() -> str:
 
 
 class Hipq:
-    def __init__(self, store: SQLStore, *, clock: Clock | None = None,
+    def __init__(self, store: Store, *, clock: Clock | None = None,
                  on_work: Callable[[], None] | None = None) -> None:
         self.store = store
         self.clock = clock or SystemClock()
@@ -287,7 +286,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime, *, token: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
     ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
-    if not _JOB_ID.fullmatch(job_id):
+    if not JOB_ID_RE.fullmatch(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-]")
     weight = request.weight or config.default_weight

@@ -22,6 +22,7 @@ from hipq.plugins import (
     field_value,
     is_open,
     next_open,
+    windows_of,
 )
 
 UNKNOWN = "<unknown>"
@@ -44,10 +45,7 @@ class PerServer:
         launch: list[Job] = []
         reschedule: dict[str, datetime] = {}
         for job in ctx.candidates:
-            tz = job.timezone or ctx.queue.timezone
-            windows = job.time_windows  # the job's own windows, else the queue's
-            if windows is None and ctx.queue.time_windows is not None:
-                windows = [w.model_dump() for w in ctx.queue.time_windows]
+            windows, tz = windows_of(job, ctx.queue)  # the job's own windows, else the queue's
             if windows and not is_open(windows, tz, ctx.now):
                 opening = next_open(windows, tz, ctx.now)
                 if opening is not None:

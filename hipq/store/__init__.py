@@ -13,6 +13,8 @@ from hipq.store.records import (
 )
 from hipq.store.sql import SQLStore, normalize_url, open_store
 
+Store = SQLStore
+
 __all__ = [
     "Change",
     "ChangeKind",
@@ -24,6 +26,7 @@ __all__ = [
     "QueueStats",
     "Response",
     "SQLStore",
+    "Store",
     "normalize_url",
     "open_store",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.config import KafkaTarget as KafkaTargetConfig
@@ -34,3 +35,16 @@ def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = 
             raise ConfigError(f"no in-process target named {config.name!r} is registered")
         return memory[config.name]
     raise ConfigError(f"target kind {config.kind!r} is not available in this version of hipq")
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """The target factory the engine gets: ``targets(config)`` builds a queue's
+    target with the daemon's shared clients (see :func:`build_target`)."""
+
+    memory: Mapping[str, Target] | None = None
+    http: HttpClient | None = None
+    kafka: KafkaProducer | None = None
+
+    def __call__(self, config: TargetConfig) -> Target:
+        return build_target(config, memory=self.memory, http=self.http, kafka=self.kafka)

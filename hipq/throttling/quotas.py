@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hipq.jobs import Job
+from hipq.spec import QuotaSpec
 
 DEFAULT_GROUP = "__default__"
 
@@ -49,15 +50,12 @@ class QuotaPlan:
     lend_unused: bool = False
 
     @classmethod
-    def of(cls, quotas: Mapping[str, Any], concurrency: int,
-           running: Iterable[Job]) -> QuotaPlan:
-        shares: Mapping[str, float] = quotas.get("shares", {})
-        caps = {group: math.floor(share * concurrency) for group, share in shares.items()}
-        default = quotas.get("default")
+    def of(cls, quotas: QuotaSpec, concurrency: int, running: Iterable[Job]) -> QuotaPlan:
+        caps = {group: math.floor(share * concurrency) for group, share in quotas.shares.items()}
+        default = quotas.default
         caps[DEFAULT_GROUP] = (math.floor(default * concurrency) if default is not None
                                else max(concurrency - sum(caps.values()), 0))
-        plan = cls(field_path=str(quotas["field"]), caps=caps,
-                   lend_unused=bool(quotas.get("lend_unused", False)))
+        plan = cls(field_path=quotas.field, caps=caps, lend_unused=quotas.lend_unused)
         for job in running:
             plan.add(plan.group(job), job.weight)
         return plan

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from hipq.jobs import Job
+from hipq.spec import RateLimitSpec
 from hipq.throttling.quotas import field_value
 
 ALL = ""  # the group of a queue-wide limit
@@ -27,10 +27,10 @@ class RateBudget:
     remaining: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rate_limit: Mapping[str, Any], recent: Mapping[str, Sequence[datetime]],
+    def of(cls, rate_limit: RateLimitSpec, recent: Mapping[str, Sequence[datetime]],
            now: datetime) -> RateBudget:
-        budget = cls(launches=int(rate_limit["launches"]),
-                     per_seconds=float(rate_limit["per_seconds"]), by=rate_limit.get("by"))
+        budget = cls(launches=rate_limit.launches, per_seconds=rate_limit.per_seconds,
+                     by=rate_limit.by)
         since = now - timedelta(seconds=budget.per_seconds)
         for group, times in recent.items():
             used = sum(1 for at in times if at > since)

@@ -16,6 +16,8 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from hipq.clock import utc
+from hipq.jobs import Job
+from hipq.spec import QueueSpec
 
 SEARCH_DAYS = 9  # every non-empty daily window opens within this horizon
 
@@ -110,3 +112,11 @@ def validate(windows: Sequence[Mapping[str, str]], tz: str) -> None:
     if windows and next_open(windows, tz, datetime(2026, 1, 1, tzinfo=UTC)) is None:
         raise ValueError("the time windows can never open (every window is empty: "
                          "start equals end)")
+
+
+def windows_of(job: Job, queue: QueueSpec) -> tuple[Sequence[Mapping[str, str]] | None, str]:
+    """A job's time windows (its own, else the queue's) and their timezone."""
+    windows: Sequence[Mapping[str, str]] | None = job.time_windows
+    if windows is None:
+        windows = queue.time_windows
+    return windows, job.timezone or queue.timezone

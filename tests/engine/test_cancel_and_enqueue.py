@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from hipq.engine import Reconciler
 from hipq.errors import ConflictError
 from hipq.jobs import JobState
-from hipq.reconciler import Reconciler
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from hipq.engine import Reconciler
 from hipq.jobs import JobState
-from hipq.reconciler import Reconciler
 from hipq.service import Hipq
 from hipq.testing import FakeClock, MemoryTarget
 from tests.engine._helpers import enqueue, history, job, queue, respond, tick

@@ -6,11 +6,12 @@ from datetime import timedelta
 
 import pytest
 
+from hipq.engine import Reconciler
 from hipq.errors import TransientStoreError
 from hipq.jobs import JobState
-from hipq.reconciler import Reconciler
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
+from hipq.targets import Targets
 from hipq.testing import FakeClock, MemoryTarget
 from tests.engine._helpers import enqueue, history, inbox_outcomes, job, queue, respond, tick
 
@@ -68,7 +69,7 @@ async def test_a_retried_job_runs_again_only_after_being_fetched_again(
 
 
 async def test_a_job_leaves_running_only_once_persisted(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, target: MemoryTarget,
+        hipq: Hipq, reconciler: Reconciler, store: Store, target: MemoryTarget,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 3 fails: the ended job stays in the batch (and running in the database)
     until a later tick persists it; the new batch step 3 ran beside is marked
@@ -146,7 +147,7 @@ async def test_each_try_is_recorded_in_the_history(
 
 
 async def test_capacity_freed_at_step_0_is_reused_in_the_same_tick(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, target: MemoryTarget) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store, target: MemoryTarget) -> None:
     await hipq.create_queue(queue(concurrency=1))
     await enqueue(hipq, "a")
     await tick(reconciler)
@@ -161,7 +162,7 @@ async def test_capacity_freed_at_step_0_is_reused_in_the_same_tick(
 
 
 async def test_the_jobs_table_is_vacuumed_every_so_many_jobs(
-        hipq: Hipq, store: SQLStore, clock: FakeClock, target: MemoryTarget,
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from hipq.config import ReconcileConfig
 
@@ -173,7 +174,7 @@ async def test_the_jobs_table_is_vacuumed_every_so_many_jobs(
         return await real()
 
     monkeypatch.setattr(store, "jobs_vacuum", counted)
-    reconciler = Reconciler(store, clock=clock, owner="o1", memory_targets={"t": target},
+    reconciler = Reconciler(store, clock=clock, owner="o1", targets=Targets(memory={"t": target}),
                             config=ReconcileConfig(vacuum_every=6))
     await hipq.create_queue(queue())
     for i in range(4):

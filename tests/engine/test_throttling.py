@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from hipq.engine import Reconciler
 from hipq.jobs import JobState
-from hipq.reconciler import Reconciler
 from hipq.service import Hipq
+from hipq.targets import Targets
 from hipq.testing import FakeClock, MemoryTarget, succeed
 from tests.engine._helpers import enqueue, job, queue, tick
 
@@ -29,7 +30,7 @@ async def _enqueue_mixed(hipq: Hipq, clock: FakeClock) -> None:
 async def test_jobs_launch_in_the_queue_order(
         hipq: Hipq, store: Any, clock: FakeClock, ordering: str, expected: list[str]) -> None:
     target = MemoryTarget(succeed)  # each job ends at once, freeing the single slot
-    reconciler = Reconciler(store, clock=clock, owner="o1", memory_targets={"t": target})
+    reconciler = Reconciler(store, clock=clock, owner="o1", targets=Targets(memory={"t": target}))
     await hipq.create_queue(queue(concurrency=1, ordering=ordering))
     await _enqueue_mixed(hipq, clock)
 

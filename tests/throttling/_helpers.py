@@ -10,11 +10,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from hipq.config import QueueConfig
+from hipq.engine import Reconciler
 from hipq.jobs import Job
-from hipq.reconciler import Reconciler
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
-from hipq.store import InsertOutcome, Response, SQLStore
+from hipq.store import InsertOutcome, Response, Store
+from hipq.targets import Targets
 from hipq.testing import FakeClock, MemoryTarget
 
 MEMORY_TARGET: dict[str, Any] = {"kind": "memory", "name": "t"}
@@ -34,13 +35,13 @@ def queue(queue_id: str, **settings: Any) -> QueueConfig:
 class Harness:
     """One queue on a shared database, with its own target and reconciler."""
 
-    def __init__(self, store: SQLStore, clock: FakeClock, *, owner: str | None = None) -> None:
+    def __init__(self, store: Store, clock: FakeClock, *, owner: str | None = None) -> None:
         self.store, self.clock = store, clock
         self.hipq = Hipq(store, clock=clock)
         self.target = MemoryTarget()
         self.owner = owner or fresh_id("owner")
         self.reconciler = Reconciler(store, clock=clock, owner=self.owner,
-                                     memory_targets={"t": self.target})
+                                     targets=Targets(memory={"t": self.target}))
         self.queue_id = ""
 
     async def create(self, queue_id: str | None = None, **settings: Any) -> QueueConfig:

@@ -1,4 +1,5 @@
-"""The built-in throttler, composed of the parts in this package.
+"""The queue's throttler: the built-in one, composed of the parts in
+:mod:`hipq.throttling`, or a plugin named in the queue's settings.
 
 For each candidate, in the queue's order (effective priorities with aging):
 
@@ -20,12 +21,16 @@ from __future__ import annotations
 from hipq.config import QueueConfig
 from hipq.jobs import Job
 from hipq.plugins import ThrottleContext, Throttler, ThrottleResult, instantiate
-from hipq.throttling.aging import in_queue_order
-from hipq.throttling.capacity import CapacityPool
-from hipq.throttling.keys import OrderingKeys
-from hipq.throttling.quotas import QuotaPlan
-from hipq.throttling.rate import RateBudget
-from hipq.throttling.windows import is_open, next_open
+from hipq.throttling import (
+    CapacityPool,
+    OrderingKeys,
+    QuotaPlan,
+    RateBudget,
+    in_queue_order,
+    is_open,
+    next_open,
+    windows_of,
+)
 
 
 class _Tick:
@@ -35,11 +40,11 @@ class _Tick:
         queue, running = ctx.queue, ctx.running
         normal_running = [j for j in running if not j.critical]
         self.normal = CapacityPool.of(queue.concurrency, normal_running)
-        self.critical = CapacityPool.of(queue.effective_critical_concurrency,
+        self.critical = CapacityPool.of(queue.critical_concurrency,
                                         (j for j in running if j.critical))
-        self.quotas = (QuotaPlan.of(queue.quotas.model_dump(), queue.concurrency, normal_running)
+        self.quotas = (QuotaPlan.of(queue.quotas, queue.concurrency, normal_running)
                        if queue.quotas is not None and queue.concurrency is not None else None)
-        self.rate = (RateBudget.of(queue.rate_limit.model_dump(), ctx.recent_launches, ctx.now)
+        self.rate = (RateBudget.of(queue.rate_limit, ctx.recent_launches, ctx.now)
                      if queue.rate_limit is not None else None)
         self.keys = OrderingKeys.of(running)
         self.launch: list[Job] = []
@@ -95,7 +100,7 @@ class BuiltinThrottler:
         tick = _Tick(ctx)
         reschedule = {}
         for job in in_queue_order(ctx.candidates, queue.ordering, ctx.now, queue.aging_seconds):
-            windows, tz = window_of(job, queue)
+            windows, tz = windows_of(job, queue)
             if windows and not is_open(windows, tz, ctx.now):
                 opening = next_open(windows, tz, ctx.now)
                 if opening is not None:
@@ -113,14 +118,6 @@ class BuiltinThrottler:
         return ThrottleResult(launch=tick.launch, reschedule=reschedule)
 
 
-def window_of(job: Job, queue: QueueConfig) -> tuple[list[dict[str, str]] | None, str]:
-    """A job's time windows (its own, else the queue's) and their timezone."""
-    windows = job.time_windows
-    if windows is None and queue.time_windows is not None:
-        windows = [w.model_dump() for w in queue.time_windows]
-    return windows, job.timezone or queue.timezone
-
-
 class _Wrapped:
     """Adapts a plugin's ``select`` callable to the :class:`Throttler` protocol."""
 
@@ -135,6 +132,8 @@ class _Wrapped:
 
 
 def build_throttler(queue: QueueConfig) -> Throttler:
+    """The throttler a queue's settings name (a plugin is loaded and instantiated:
+    ``ConfigError`` if it cannot be)."""
     if queue.throttler is None:
         return BuiltinThrottler()
     return _Wrapped(instantiate(queue.throttler.plugin, queue.throttler.options, "select"))

@@ -1,0 +1,259 @@
+"""The reconcile loop's decisions, as pure functions: no I/O, no clock, no state.
+
+- :func:`plan_fetch`: which bounded reads of due jobs a queue needs this tick;
+- :func:`sift_decision`: a throttler's answer, kept to the candidates it was given;
+- :func:`inbox_verdict` / :func:`extended_deadline`: what a response does to a try;
+- ``outcome_*``: how a try ended, from a target's answer, a response, a deadline;
+- :func:`change_for`: an ended (or extended) try -> the :class:`Change` step 3
+  persists, with the retry strategy's verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq.engine.batch import Entry, Outcome
+from hipq.jobs import (
+    ErrorKind,
+    Job,
+    JobError,
+    JobState,
+    Ordering,
+    ResponseStatus,
+    cancelled_error,
+    dropped_error,
+    lost_error,
+    timeout_error,
+)
+from hipq.plugins import GiveUp, Retry, RetryContext, ThrottleResult
+from hipq.retry import RetryFn, decide
+from hipq.spec import QueueSpec
+from hipq.store.records import Change, ChangeKind, InboxOutcome, InboxRow
+from hipq.targets.base import Completed, LaunchOutcome
+from hipq.throttling import DEFAULT_GROUP, QuotaPlan
+
+_ENDS_AS_IS = frozenset({JobState.SUCCEEDED, JobState.CANCELLED})
+
+
+# -- steps 1 and 2: what to fetch, what the throttler may decide ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """One bounded read of due jobs (``ordering=None``: the queue's own order)."""
+
+    limit: int
+    ordering: Ordering | None = None
+    critical_only: bool = False
+    group: str | None = None
+    default_group_excluding: tuple[str, ...] | None = None
+
+
+def free_units(capacity: int | None, running: Iterable[Job], limit: int) -> int:
+    """Weight units still free (``limit`` when the capacity is unlimited)."""
+    if capacity is None:
+        return limit
+    used: int = sum(j.weight for j in running)
+    return max(min(capacity - used, limit), 0)
+
+
+def plan_fetch(spec: QueueSpec, running: Sequence[Job], limit: int) -> list[Fetch]:
+    """Due candidates bounded by what could launch: free capacity (per quota group
+    when the queue has quotas), plus critical jobs, plus the oldest due jobs when
+    aging may promote them. Results are merged in this order."""
+    normal_free = free_units(spec.concurrency, (j for j in running if not j.critical), limit)
+    critical_free = free_units(spec.critical_concurrency, (j for j in running if j.critical),
+                               limit)
+    # with a per-group rate limit, the first jobs in order may all belong to groups
+    # out of budget: look further so they do not hide the other groups
+    wide = limit if spec.rate_limit is not None and spec.rate_limit.by else 0
+    plan: list[Fetch] = []
+    if normal_free > 0:
+        if spec.quotas is not None and spec.concurrency is not None:
+            plan.extend(_group_fetches(spec, running, normal_free, wide))
+        else:
+            plan.append(Fetch(limit=max(normal_free, wide)))
+        if spec.aging_seconds and spec.ordering is Ordering.PRIORITY_THEN_TIME:
+            plan.append(Fetch(limit=normal_free, ordering=Ordering.TIME_THEN_PRIORITY))
+    if critical_free > 0:
+        plan.append(Fetch(limit=critical_free, critical_only=True))
+    return plan
+
+
+def _group_fetches(spec: QueueSpec, running: Sequence[Job], free: int,
+                   wide: int) -> list[Fetch]:
+    """One fetch per quota group that has room (every group may borrow when the
+    queue lends unused quota), so one group's backlog never hides the others."""
+    assert spec.quotas is not None
+    assert spec.concurrency is not None
+    plan = QuotaPlan.of(spec.quotas, spec.concurrency, [j for j in running if not j.critical])
+    listed = tuple(sorted(spec.quotas.shares))
+    out = []
+    for group in [*listed, DEFAULT_GROUP]:
+        room = free if spec.quotas.lend_unused else min(plan.free(group), free)
+        if room <= 0:
+            continue
+        room = max(room, wide)
+        if group == DEFAULT_GROUP:
+            out.append(Fetch(limit=room, default_group_excluding=listed))
+        else:
+            out.append(Fetch(limit=room, group=group))
+    return out
+
+
+def unique_jobs(batches: Iterable[Sequence[Job]]) -> list[Job]:
+    """The jobs of several fetches, in order, each once."""
+    seen: set[str] = set()
+    jobs = []
+    for batch in batches:
+        for job in batch:
+            if job.id not in seen:
+                seen.add(job.id)
+                jobs.append(job)
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Sifted:
+    launch: list[str]
+    reschedule: dict[str, datetime]
+    drop: dict[str, str]
+
+
+def sift_decision(candidates: Sequence[Job], decision: ThrottleResult) -> Sifted:
+    """Keep a throttler's decision to the candidates it was offered: launch wins
+    over reschedule, which wins over drop; repeats count once."""
+    known = {j.id for j in candidates}
+    launch: list[str] = []
+    chosen: set[str] = set()
+    for job in decision.launch:
+        if job.id in known and job.id not in chosen:
+            chosen.add(job.id)
+            launch.append(job.id)
+    reschedule = {i: at for i, at in decision.reschedule.items()
+                  if i in known and i not in chosen}
+    drop = {i: r for i, r in decision.drop.items()
+            if i in known and i not in chosen and i not in reschedule}
+    return Sifted(launch=launch, reschedule=reschedule, drop=drop)
+
+
+def drop_ends(drop: Mapping[str, str]) -> dict[str, tuple[str, Any]]:
+    """Dropped candidates -> (terminal state, error): ``expired`` for the reason
+    "expired", else ``failed``."""
+    return {i: (JobState.EXPIRED.value if reason == "expired" else JobState.FAILED.value,
+                dropped_error(reason).to_json()) for i, reason in drop.items()}
+
+
+# -- step 0: outcomes and responses ---------------------------------------------------
+
+
+def outcome_timeout(deadline: datetime) -> Outcome:
+    return Outcome(status=JobState.FAILED, error=timeout_error(deadline))
+
+
+def outcome_lost() -> Outcome:
+    return Outcome(status=JobState.FAILED, error=lost_error())
+
+
+def outcome_from_launch(outcome: LaunchOutcome | None, error: JobError | None) -> Outcome:
+    """A target's immediate answer (``outcome``), or the error its launch raised."""
+    if outcome is None:
+        error = error or JobError(kind=ErrorKind.TRANSPORT)
+        return Outcome(status=JobState.FAILED, response={"source": "launch"},
+                       error=replace(error, data={"kind": error.kind, "detail": error.detail}))
+    assert isinstance(outcome, Completed)
+    if outcome.status == ResponseStatus.SUCCEEDED:
+        return Outcome(status=JobState.SUCCEEDED, result=outcome.result,
+                       response={"source": "target"})
+    raw = (outcome.error if isinstance(outcome.error, dict)
+           else {"detail": str(outcome.error or "")})
+    raw = {"kind": outcome.kind, **raw}
+    detail = raw.get("detail") or raw.get("message") or ""
+    return Outcome(status=JobState.FAILED, result=outcome.result, response={"source": "target"},
+                   error=JobError(kind=str(raw.get("kind") or ErrorKind.RESPONSE_FAILED),
+                                  detail=str(detail), retryable=outcome.retryable is not False,
+                                  data=raw))
+
+
+def outcome_from_row(row: InboxRow) -> Outcome:
+    """A response from the inbox that ends a try."""
+    if row.status == ResponseStatus.SUCCEEDED:
+        return Outcome(status=JobState.SUCCEEDED, result=row.result,
+                       response={"source": row.source})
+    if row.status == ResponseStatus.CANCELLED:
+        return Outcome(status=JobState.CANCELLED, error=cancelled_error())
+    raw = row.error if isinstance(row.error, dict) else {}
+    detail = raw.get("detail") or raw.get("message") or (row.error if isinstance(row.error, str)
+                                                         else "")
+    error = JobError(kind=str(raw.get("kind") or ErrorKind.RESPONSE_FAILED), detail=str(detail),
+                     retryable=row.retryable is not False,
+                     data=row.error if not isinstance(row.error, str) else None)
+    return Outcome(status=JobState.FAILED, result=row.result, error=error,
+                   response={"source": row.source})
+
+
+def inbox_verdict(entry: Entry, row: InboxRow) -> InboxOutcome | None:
+    """None if the response applies to the entry's try, else why it does not."""
+    job = entry.job
+    if row.attempt is not None and row.attempt != job.attempt:
+        return InboxOutcome.STALE
+    if (row.attempt is None and job.attempt > 1 and job.launched_at is not None
+            and row.received_at < job.launched_at):
+        # A fixed key and no attempt number: a response received before this try
+        # was launched belongs to an earlier try (a try is always marked running
+        # before it is sent, so an early response to a first try is still kept).
+        return InboxOutcome.LATE
+    if entry.outcome is not None:
+        return InboxOutcome.DUPLICATE
+    return None
+
+
+def extended_deadline(entry: Entry, row: InboxRow, heartbeat_seconds: float | None,
+                      now: datetime) -> datetime:
+    """A heartbeat's new deadline: ``extend_seconds``, else the queue's heartbeat
+    timeout, else the job's timeout, from now; never earlier than the current one."""
+    seconds = row.extend_seconds
+    if seconds is None:
+        seconds = heartbeat_seconds
+    if seconds is None:
+        seconds = entry.job.timeout_seconds
+    pushed = now + timedelta(seconds=seconds)
+    return pushed if entry.deadline is None else max(entry.deadline, pushed)
+
+
+# -- step 3: ended tries -> changes ---------------------------------------------------
+
+
+def change_for(entry: Entry, spec: QueueSpec | None, retry: RetryFn | None,
+               now: datetime) -> Change:
+    """What step 3 persists for an entry that ended or was extended. A failed try
+    asks the queue's retry strategy (under the rules of :func:`hipq.retry.decide`)
+    with a deep copy of the job; without the queue's settings the job gives up."""
+    job, outcome, inbox_ids = entry.job, entry.outcome, tuple(entry.inbox_ids)
+    common: dict[str, Any] = {
+        "queue": job.queue, "id": job.id, "attempt": job.attempt, "inbox_ids": inbox_ids,
+        "launched_at": job.launched_at, "correlation_key": job.correlation_key}
+    if outcome is None:
+        return Change(kind=ChangeKind.EXTEND, deadline=entry.deadline, **common)
+    if outcome.status in _ENDS_AS_IS:
+        return Change(kind=ChangeKind.ARCHIVE, status=outcome.status.value,
+                      result=outcome.result,
+                      error=None if outcome.error is None else outcome.error.to_json(),
+                      outcome=outcome.status.value, response=outcome.response, **common)
+    error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
+    verdict: Retry | GiveUp
+    if spec is None:
+        verdict = GiveUp("the queue no longer exists")
+    elif retry is None:
+        verdict = GiveUp("the queue's settings cannot be loaded")
+    else:
+        verdict = decide(spec, retry, RetryContext(job=job.snapshot(), error=error, now=now))
+    if isinstance(verdict, GiveUp):
+        return Change(kind=ChangeKind.ARCHIVE, status=JobState.FAILED.value,
+                      result=outcome.result, error={**error.to_json(), "gave_up": verdict.reason},
+                      outcome=error.kind, response=outcome.response, **common)
+    return Change(kind=ChangeKind.REQUEUE, run_at=verdict.at, data=verdict.data,
+                  error=error.to_json(), outcome=error.kind, response=outcome.response, **common)

@@ -1,0 +1,381 @@
+"""The reconcile loop: ``run_once()`` does one tick; the daemon calls it again.
+
+The **current batch** (:mod:`hipq.engine.batch`) is this daemon's in-memory view
+of the running jobs of the queues it holds a lease on. The database is
+authoritative; the batch is only ever changed after the database says so. A tick:
+
+0. Renew leases, adopting the running jobs of queues gained (:mod:`.leases`);
+   apply what launches said at once and the responses from the inbox
+   (:mod:`.inbox`); mark entries whose deadline passed as ``timeout``; once a
+   second, sweep responses nothing claims and expire queued jobs past
+   ``expires_at``.
+1. For each held, unpaused queue with a target, fetch due jobs in queue order,
+   bounded by the free capacity (:func:`.decide.plan_fetch`; never the backlog).
+2. Run the queue's throttler over them -> launch / reschedule / drop. Expired
+   candidates are archived before the throttler sees them.
+3. Decide the ended tries' fates on copies (:func:`.decide.change_for`, retry
+   strategies included) and persist every change in one transaction; what is no
+   longer running leaves the batch.
+4. Mark the new batch running in one statement per queue; add it to the batch.
+5. Launch the new batch in the background (:mod:`.launcher`).
+
+Step 3 runs on its own connection beside steps 1, 2, 4 and 5: they touch
+different rows (this daemon's running jobs; queued ones). A job re-queued by step
+3 is not claimed in the same tick; the next job of an ordering key is fetched
+only once the end of the previous one is committed (until then the fetch sees it
+running); capacity counts what is in memory. If step 3 fails, the jobs already
+claimed are launched anyway and the error is raised (the next tick persists the
+ended tries again).
+
+Invariants: a job is never re-run from memory (once it leaves ``running`` it is
+saved and dropped, and runs again only after being fetched); no transaction is
+held across network I/O; a tick costs O(batch), not O(backlog).
+
+Failure modes: a crash loses only the batch; the next owner adopts running jobs
+from the database. A database error aborts the tick; the next tick starts from
+the database again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from hipq.clock import Clock
+from hipq.config import ReconcileConfig, ResponsesConfig
+from hipq.engine.batch import Batch, Counters, Entry, ReconcileResult
+from hipq.engine.decide import (
+    Fetch,
+    change_for,
+    drop_ends,
+    outcome_from_launch,
+    outcome_timeout,
+    plan_fetch,
+    sift_decision,
+    unique_jobs,
+)
+from hipq.engine.inbox import Inbox
+from hipq.engine.launcher import Launcher
+from hipq.engine.leases import Leases, adopt
+from hipq.engine.maintenance import Vacuum
+from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
+from hipq.errors import HipqError
+from hipq.jobs import Job, JobState, expired_error
+from hipq.plugins import ThrottleContext, ThrottleResult
+from hipq.retry import RetryFn
+from hipq.spec import QueueSpec
+from hipq.store import Change, ChangeKind, QueueRecord, Store
+from hipq.targets.registry import Targets
+from hipq.throttling import RateBudget
+
+log = logging.getLogger(__name__)
+
+EXPIRY_SWEEP_LIMIT = 1000  # queued jobs past expires_at archived per sweep
+SWEEP_EVERY = timedelta(seconds=1)  # backlog sweeps at most this often
+
+
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """One queue's choice in steps 1-2: the jobs to claim, and the candidates they
+    came from (step 4 needs their rate groups, and builds the running jobs from
+    them without reading them again)."""
+
+    runtime: QueueRuntime
+    launch: list[str]
+    candidates: Mapping[str, Job]
+
+
+class Reconciler:
+    def __init__(self, store: Store, *, clock: Clock, owner: str,
+                 config: ReconcileConfig | None = None,
+                 responses: ResponsesConfig | None = None,
+                 targets: TargetFactory | None = None,
+                 on_wake: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.owner = owner
+        self.config = config or ReconcileConfig()
+        self.batch: Batch = {}
+        self.runtimes = Runtimes(targets or Targets())
+        self.leases = Leases(store, owner=owner, lease_seconds=self.config.lease_seconds)
+        self.inbox = Inbox(store, buffer_seconds=(responses or ResponsesConfig()).buffer_seconds,
+                           heartbeat_seconds=self._heartbeat_seconds)
+        self.launcher = Launcher(store, clock=clock, owner=owner,
+                                 concurrency=self.config.launch_concurrency, on_wake=on_wake)
+        self.vacuum = Vacuum(store, every=self.config.vacuum_every)
+        self._swept_at: datetime | None = None
+        self._stopping = False
+
+    @property
+    def held(self) -> set[str]:
+        """The queues this daemon holds a lease on."""
+        return self.leases.held
+
+    # -- the tick ----------------------------------------------------------------
+
+    async def run_once(self) -> ReconcileResult:
+        counters = Counters()
+        now = self.clock.now()
+        queues = {q.id: q for q in await self.store.queue_list()}
+        await self._leases(queues, now, counters)
+        self._apply_launches(counters)
+        await self.inbox.apply(self.batch, now, counters)
+        self._mark_timeouts(now, counters)
+        if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
+            self._swept_at = now
+            await self.inbox.sweep(self.batch, now)
+            counters.add("expired", len(await self.store.job_expired_sweep(
+                now=now, limit=EXPIRY_SWEEP_LIMIT)))
+        await self._steps_1_to_5(queues, now, counters)
+        result = counters.result()
+        if result.changed:
+            log.info("reconcile tick: %s", dict(counters.values), extra={"action": "tick"})
+        self.vacuum.count(result.launched + result.finished)
+        return result
+
+    async def _steps_1_to_5(self, queues: Mapping[str, QueueRecord], now: datetime,
+                            counters: Counters) -> None:
+        changes = self._changes(queues, now, counters)
+        requeued = {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
+        persisting = asyncio.ensure_future(self._persist(changes, now))
+        try:
+            selections = await self._select(queues, now, counters)
+            if not self._stopping:
+                launched = await self._mark_running(selections, requeued, now)
+                counters.add("launched", len(launched))
+                self._launch(launched)
+        except BaseException:
+            with contextlib.suppress(BaseException):  # never leave step 3 half-applied
+                await persisting
+            raise
+        await persisting
+
+    # -- step 0 ------------------------------------------------------------------
+
+    async def _leases(self, queues: Mapping[str, QueueRecord], now: datetime,
+                      counters: Counters) -> None:
+        change = await self.leases.refresh(queues, now)
+        if change.lost:
+            lost = set(change.lost)
+            self.batch = {k: e for k, e in self.batch.items() if k[0] not in lost}
+        for queue in change.gained:
+            entries = await adopt(self.store, queue=queue, owner=self.owner, now=now)
+            for entry in entries:
+                self.batch[entry.job.key] = entry
+            counters.add("adopted", len(entries))
+
+    def _apply_launches(self, counters: Counters) -> None:
+        """Outcomes targets gave at once (and failed launches), straight from memory."""
+        for result in self.launcher.take_outcomes():
+            entry = self.batch.get(result.job.key)
+            if (entry is None or entry.job.attempt != result.job.attempt
+                    or entry.outcome is not None):
+                continue  # timed out or cancelled meanwhile: the first outcome stands
+            entry.outcome = outcome_from_launch(result.outcome, result.error)
+            counters.add("responses_applied")
+
+    def _mark_timeouts(self, now: datetime, counters: Counters) -> None:
+        for entry in self.batch.values():
+            if entry.outcome is None and entry.deadline is not None and entry.deadline <= now:
+                entry.outcome = outcome_timeout(entry.deadline)
+                counters.add("timed_out")
+
+    def _heartbeat_seconds(self, queue: str) -> float | None:
+        runtime = self.runtimes.cached(queue)
+        return None if runtime is None else runtime.spec.heartbeat_timeout_seconds
+
+    # -- steps 1 and 2: fetch and throttle ------------------------------------------
+
+    def _runtime(self, record: QueueRecord) -> QueueRuntime | None:
+        try:
+            return self.runtimes.get(record)
+        except HipqError as exc:
+            log.error("queue %s cannot run: %s", record.id, exc,
+                      extra={"action": "queue_config_error", "queue": record.id})
+            return None
+
+    async def _select(self, queues: Mapping[str, QueueRecord], now: datetime,
+                      counters: Counters) -> list[_Selection]:
+        selections = []
+        for queue_id in sorted(self.held):
+            record = queues[queue_id]
+            runtime = self._runtime(record)
+            if runtime is None or record.paused or runtime.target is None or self._stopping:
+                continue
+            selection = await self._select_queue(runtime, now, counters)
+            if selection is not None:
+                selections.append(selection)
+        return selections
+
+    def _running(self, queue: str) -> list[Job]:
+        """Running jobs of a queue that still hold capacity (no outcome yet)."""
+        return [e.job for k, e in self.batch.items() if k[0] == queue and e.outcome is None]
+
+    async def _select_queue(self, runtime: QueueRuntime, now: datetime,
+                            counters: Counters) -> _Selection | None:
+        spec = runtime.spec
+        running = self._running(spec.id)
+        candidates = await self._fetch(runtime, running, now)
+        counters.add("fetched", len(candidates))
+        if not candidates:
+            return None
+        candidates = await self._expire(spec.id, candidates, now, counters)
+        recent: dict[str, list[datetime]] = {}
+        if spec.rate_limit is not None:
+            recent = await self.store.launch_events_recent(
+                queue=spec.id, since=now - timedelta(seconds=spec.rate_limit.per_seconds))
+        seen = candidates
+        if spec.custom_throttler:  # a plugin gets deep copies; the built-in one only reads
+            seen = [j.snapshot() for j in candidates]
+            running = [j.snapshot() for j in running]
+        ctx = ThrottleContext(queue=spec, candidates=seen, running=running, now=now,
+                              recent_launches=recent)
+        try:
+            decision = runtime.throttler.select(ctx)
+        except Exception:
+            log.exception("throttler of queue %s raised; nothing launches this tick", spec.id,
+                          extra={"action": "plugin_error", "queue": spec.id})
+            counters.add("throttler_errors")
+            return None
+        launch = await self._apply_decision(spec.id, candidates, decision, now, counters)
+        if not launch:
+            return None
+        return _Selection(runtime=runtime, launch=launch,
+                          candidates={j.id: j for j in candidates})
+
+    async def _fetch(self, runtime: QueueRuntime, running: Sequence[Job],
+                     now: datetime) -> list[Job]:
+        spec = runtime.spec
+
+        def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
+            return asyncio.ensure_future(self.store.job_fetch_due(
+                queue=spec.id, now=now, limit=fetch.limit,
+                ordering=fetch.ordering or spec.ordering, key_mode=spec.ordering_key_mode,
+                critical_only=fetch.critical_only, group=fetch.group,
+                default_group_excluding=fetch.default_group_excluding))
+
+        # side by side (reads, each on its own connection); merged in plan order
+        reads = [read(f) for f in plan_fetch(spec, running, self.config.fetch_limit)]
+        done = await asyncio.gather(*reads, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return unique_jobs(batch for batch in done if not isinstance(batch, BaseException))
+
+    async def _expire(self, queue: str, candidates: list[Job], now: datetime,
+                      counters: Counters) -> list[Job]:
+        expired = {j.id for j in candidates if j.expires_at is not None and j.expires_at <= now}
+        if not expired:
+            return candidates
+        end = (JobState.EXPIRED.value, expired_error().to_json())
+        done = await self.store.job_archive_queued_many(
+            queue=queue, ends=dict.fromkeys(expired, end), now=now)
+        counters.add("expired", len(done))
+        return [j for j in candidates if j.id not in expired]
+
+    async def _apply_decision(self, queue: str, candidates: Sequence[Job],
+                              decision: ThrottleResult, now: datetime,
+                              counters: Counters) -> list[str]:
+        sifted = sift_decision(candidates, decision)
+        if sifted.reschedule:
+            counters.add("rescheduled", await self.store.job_reschedule_many(
+                queue=queue, run_ats=sifted.reschedule, now=now))
+        if sifted.drop:
+            counters.add("dropped", len(await self.store.job_archive_queued_many(
+                queue=queue, ends=drop_ends(sifted.drop), now=now)))
+        return sifted.launch
+
+    # -- step 3: retries and persistence ---------------------------------------------
+
+    def _changes(self, queues: Mapping[str, QueueRecord], now: datetime,
+                 counters: Counters) -> list[Change]:
+        """Step 3's decisions, over copies: jobs are frozen, the mutable parts of an
+        entry are copied by :func:`change_for`, retry plugins get deep copies."""
+        changes = []
+        for entry in self.batch.values():
+            if entry.outcome is None and not entry.extended:
+                continue
+            spec, retry = self._retry_of(queues.get(entry.job.queue))
+            change = change_for(entry, spec, retry, now)
+            if change.kind is ChangeKind.ARCHIVE:
+                counters.add("finished")
+            elif change.kind is ChangeKind.REQUEUE:
+                counters.add("retried")
+            changes.append(change)
+        return changes
+
+    def _retry_of(self, record: QueueRecord | None) -> tuple[QueueSpec | None, RetryFn | None]:
+        """A queue's spec and retry strategy (None where they cannot be had)."""
+        if record is None:
+            return None, None
+        try:  # built here when this tick's fetch has not built it yet
+            runtime = self.runtimes.get(record)
+        except HipqError:
+            return record.config.to_spec(), None
+        return runtime.spec, runtime.retry
+
+    async def _persist(self, changes: Sequence[Change], now: datetime) -> None:
+        """Step 3's writes, in one transaction; then the entries that ended, were
+        re-queued or are no longer ours leave the batch."""
+        if not changes:
+            return
+        applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
+        for change in changes:
+            key = (change.queue, change.id)
+            entry = self.batch.get(key)
+            if entry is None:
+                continue
+            if change.kind is ChangeKind.EXTEND and key in applied:
+                entry.extended = False
+                entry.inbox_ids.clear()
+                entry.job = replace(entry.job, deadline=change.deadline)
+            else:  # ended, re-queued, or no longer ours: it leaves the batch either way
+                del self.batch[key]
+
+    # -- steps 4 and 5: mark running and launch ----------------------------------------
+
+    async def _mark_running(self, selections: Sequence[_Selection],
+                            requeued: set[tuple[str, str]], now: datetime) -> list[Job]:
+        launched: list[Job] = []
+        for selection in selections:
+            spec = selection.runtime.spec
+            ids = [i for i in selection.launch if (spec.id, i) not in requeued]
+            if not ids:
+                continue
+            rate_groups = None
+            if spec.rate_limit is not None:  # critical jobs are not rate limited, nor counted
+                budget = RateBudget.of(spec.rate_limit, {}, now)
+                rate_groups = {i: budget.group(selection.candidates[i]) for i in ids
+                               if not selection.candidates[i].critical}
+            jobs = await self.store.job_mark_running_many(
+                queue=spec.id, ids=ids, now=now, owner=self.owner,
+                heartbeat_seconds=spec.heartbeat_timeout_seconds, rate_groups=rate_groups,
+                # a merging queue may have appended payloads since the fetch: re-read
+                known=None if spec.merge_by_ordering_key else selection.candidates)
+            for job in jobs:
+                self.batch[job.key] = Entry(job=job, deadline=job.deadline)
+            launched.extend(jobs)
+        return launched
+
+    def _launch(self, jobs: Sequence[Job]) -> None:
+        launches = []
+        for job in jobs:
+            runtime = self.runtimes.cached(job.queue)
+            assert runtime is not None
+            assert runtime.target is not None
+            launches.append((runtime.target, job))
+        self.launcher.launch_many(launches)
+
+    async def drain(self) -> None:
+        """Wait until every launch of earlier ticks has finished and been recorded
+        (and a vacuum under way has ended)."""
+        await self.launcher.drain()
+        await self.vacuum.wait()
+
+    def stop(self) -> None:
+        """Stop launching new jobs (graceful shutdown); running jobs stay running."""
+        self._stopping = True
