@@ -47,7 +47,7 @@ from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
 from hipq.reconciler import Reconciler
 from hipq.service import Hipq
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
 from hipq.testing import MemoryTarget, bulk_insert_jobs_sql, succeed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def plain_url(url: str) -> str:
 class StatementTimes:
     """Wall time per SQL statement (first line), measured around the driver call:
     SQLAlchemy's cursor events, and asyncpg's query logger for the statements
-    ``hipq.store.pg`` sends straight to the driver."""
+    ``hipq.store.postgres`` sends straight to the driver."""
 
     enabled: bool = False
     totals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -89,7 +89,7 @@ class StatementTimes:
         spent, self.current = self.current, 0.0
         return spent
 
-    def attach(self, store: SQLStore) -> None:
+    def attach(self, store: Store) -> None:
         engine = store.engine.sync_engine
 
         @event.listens_for(engine, "before_cursor_execute")
@@ -106,8 +106,8 @@ class StatementTimes:
             self._add(query.query, query.elapsed)
 
         @event.listens_for(engine.pool, "checkout")
-        def _checkout(dbapi_connection: Any, *_: Any) -> None:
-            driver = dbapi_connection._connection
+        def _checkout(_dbapi: Any, record: Any, *_: Any) -> None:
+            driver = record.driver_connection
             if id(driver) not in hooked:
                 hooked.add(id(driver))
                 driver.add_query_logger(_logged)
@@ -174,7 +174,7 @@ async def run_size(server: str, size: int, args: argparse.Namespace) -> SizeResu
             await admin(server, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
-async def measure(store: SQLStore, raw: asyncpg.Connection, size: int,
+async def measure(store: Store, raw: asyncpg.Connection, size: int,
                   args: argparse.Namespace) -> SizeResult:
     await store.migrate()
     clock = SystemClock()

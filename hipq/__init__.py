@@ -7,7 +7,7 @@ from hipq.jobs import Job, JobState
 from hipq.reconciler import Reconciler, ReconcileResult
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
 
 __version__ = "0.1.0"
 
@@ -26,8 +26,8 @@ __all__ = [
     "ReconcileResult",
     "Reconciler",
     "ResponseRequest",
-    "SQLStore",
     "Settings",
+    "Store",
     "load_config",
     "open_store",
 ]

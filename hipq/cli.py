@@ -22,7 +22,7 @@ from hipq.log import setup_logging
 from hipq.retry import build_retry
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq, validate_queue
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
 from hipq.store.schema import SCHEMA_VERSION
 from hipq.targets import build_target
 from hipq.throttling import build_throttler
@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _with_store(settings: Settings, fn: Callable[[SQLStore], Awaitable[int]], *,
+async def _with_store(settings: Settings, fn: Callable[[Store], Awaitable[int]], *,
                       migrate: bool = False) -> int:
     store = await open_store(settings.database.url, pool_size=2)
     try:
@@ -112,7 +112,7 @@ async def _with_store(settings: Settings, fn: Callable[[SQLStore], Awaitable[int
         await store.close()
 
 
-async def _reach(store: SQLStore, settings: Settings) -> None:
+async def _reach(store: Store, settings: Settings) -> None:
     try:
         await store.ping()
     except (StoreError, OSError) as exc:
@@ -147,7 +147,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    async def done(store: SQLStore) -> int:
+    async def done(store: Store) -> int:
         service = Hipq(store)
         for queue in settings.queues:
             await service.create_queue(queue)
@@ -186,7 +186,7 @@ async def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    async def show(store: SQLStore) -> int:
+    async def show(store: Store) -> int:
         stats = await Hipq(store).stats()
         header = f"{'queue':<28} {'queued':>8} {'due':>8} {'running':>8} {'weight':>10} {'lag':>9}"
         lines = [header]
@@ -217,7 +217,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     except PydanticValidationError as exc:
         raise ConfigError(format_validation_error(exc, "enqueue")) from None
 
-    async def put(store: SQLStore) -> int:
+    async def put(store: Store) -> int:
         outcome = await Hipq(store).enqueue(args.queue, args.id, request)
         sys.stdout.write(json.dumps({"id": outcome.id, "status": str(outcome.status)}) + "\n")
         return 0
@@ -226,7 +226,7 @@ async def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    async def again(store: SQLStore) -> int:
+    async def again(store: Store) -> int:
         job = await Hipq(store).replay(args.queue, args.id)
         sys.stdout.write(json.dumps(job.to_json()) + "\n")
         return 0
@@ -235,7 +235,7 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
-    async def show(store: SQLStore) -> int:
+    async def show(store: Store) -> int:
         job, attempts = await Hipq(store).get_job(args.queue, args.id)
         out = job.to_json() | {"history": [a.to_json() for a in attempts]}
         sys.stdout.write(json.dumps(out, indent=2) + "\n")

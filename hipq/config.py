@@ -23,6 +23,7 @@ from hipq.jobs import DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
+DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 
@@ -183,7 +184,7 @@ class QueueConfig(_Strict):
 
 class DatabaseConfig(_Strict):
     url: str = DEFAULT_DATABASE_URL
-    pool_size: int = Field(default=20, ge=1)
+    pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1)
     notify: bool = True
 
 

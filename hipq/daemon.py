@@ -30,7 +30,7 @@ from hipq.reconciler import Reconciler
 from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
 from hipq.service import Hipq
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
 from hipq.targets import Target
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
@@ -71,7 +71,7 @@ class Daemon:
         self.memory_targets = memory_targets
         self.migrate = migrate
         self.owner = make_owner_id()
-        self.store: SQLStore | None = None
+        self.store: Store | None = None
         self.service: Hipq | None = None
         self.reconciler: Reconciler | None = None
         self._scheduler: AsyncIOScheduler | None = None

@@ -30,7 +30,7 @@ from typing import Any
 from hipq.clock import Clock
 from hipq.errors import HipqError, LaunchError
 from hipq.jobs import ErrorKind, Job, JobError
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.targets import Accepted, LaunchOutcome, Target
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class LaunchResult:
 
 
 class Launcher:
-    def __init__(self, store: SQLStore, *, clock: Clock, owner: str, concurrency: int,
+    def __init__(self, store: Store, *, clock: Clock, owner: str, concurrency: int,
                  on_wake: Callable[[], None] | None = None) -> None:
         self.store = store
         self.clock = clock

@@ -57,7 +57,7 @@ from hipq.store import (
     InboxOutcome,
     InboxRow,
     QueueRecord,
-    SQLStore,
+    Store,
 )
 from hipq.targets import Completed, Target, build_target
 from hipq.targets.http import HttpClient
@@ -136,7 +136,7 @@ class _QueueRuntime:
 
 
 class Reconciler:
-    def __init__(self, store: SQLStore, *, clock: Clock, owner: str,
+    def __init__(self, store: Store, *, clock: Clock, owner: str,
                  config: ReconcileConfig | None = None,
                  responses: ResponsesConfig | None = None,
                  memory_targets: Mapping[str, Target] | None = None,

@@ -40,7 +40,7 @@ from hipq.store import (
     QueueRecord,
     QueueStats,
     Response,
-    SQLStore,
+    Store,
 )
 from hipq.throttling import build_throttler, field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
@@ -55,7 +55,7 @@ def new_job_id() -> str:
 
 
 class Hipq:
-    def __init__(self, store: SQLStore, *, clock: Clock | None = None,
+    def __init__(self, store: Store, *, clock: Clock | None = None,
                  on_work: Callable[[], None] | None = None) -> None:
         self.store = store
         self.clock = clock or SystemClock()

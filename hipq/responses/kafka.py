@@ -60,7 +60,7 @@ from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.errors import HipqError
 from hipq.responses.correlation import TemplateError, response_key
 from hipq.schemas import ResponseRequest
-from hipq.store import Response, SQLStore
+from hipq.store import Response, Store
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def _get(value: Mapping[str, Any], path: str) -> Any:
 class KafkaResponseConsumer:
     """Consumes ``kafka.response_topics`` into the inbox until :meth:`stop`."""
 
-    def __init__(self, config: KafkaConfig, store: SQLStore, *, clock: Clock | None = None,
+    def __init__(self, config: KafkaConfig, store: Store, *, clock: Clock | None = None,
                  on_work: Callable[[], None] | None = None,
                  pause_file: str | None = None) -> None:
         self.config = config

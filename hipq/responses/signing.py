@@ -17,7 +17,7 @@ import hmac
 import secrets
 from urllib.parse import quote, urlencode
 
-from hipq.store import SQLStore
+from hipq.store import Store
 
 SIGNING_KEY_META = "signing_key"
 
@@ -41,7 +41,7 @@ class Signer:
         return f"{public_url.rstrip('/')}/v1/responses/{quote(correlation_key, safe='')}?{query}"
 
 
-async def load_signer(store: SQLStore, configured: str | None) -> Signer:
+async def load_signer(store: Store, configured: str | None) -> Signer:
     """The configured key, else the one stored in the database (made on first use)."""
     if configured:
         return Signer(configured)

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from hipq.responses.signing import load_signer
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock
 from tests.api.conftest import Downstream, LiveFactory, http_queue
 
@@ -84,7 +84,7 @@ async def test_heartbeats_push_the_deadline(live: LiveFactory, downstream: Downs
     assert (await api.wait_job("hb", "long", "succeeded"))["result"] == "done"
 
 
-async def test_signing_key_is_generated_once_and_stored(store: SQLStore) -> None:
+async def test_signing_key_is_generated_once_and_stored(store: Store) -> None:
     first = await load_signer(store, None)
     second = await load_signer(store, None)
     assert first.sign("k.1", 1) == second.sign("k.1", 1)

@@ -11,7 +11,7 @@ from hipq.jobs import Attempt, Job
 from hipq.reconciler import Reconciler, ReconcileResult
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
-from hipq.store import InsertOutcome, SQLStore
+from hipq.store import InsertOutcome, Store
 from hipq.store import schema as s
 
 MEMORY_TARGET: dict[str, Any] = {"kind": "memory", "name": "t"}
@@ -50,7 +50,7 @@ async def respond(hipq: Hipq, job_id: str, queue_id: str = "q", **fields: Any) -
     return await hipq.report_response(key, ResponseRequest(**fields))
 
 
-async def inbox_outcomes(store: SQLStore) -> dict[int, str | None]:
+async def inbox_outcomes(store: Store) -> dict[int, str | None]:
     """Every inbox row's outcome (None while pending), by row id."""
     t = s.response_inbox
     async with store.engine.connect() as conn:
@@ -58,7 +58,7 @@ async def inbox_outcomes(store: SQLStore) -> dict[int, str | None]:
         return {row.id: row.outcome for row in rows}
 
 
-async def hot_jobs(store: SQLStore, queue_id: str) -> list[Job]:
+async def hot_jobs(store: Store, queue_id: str) -> list[Job]:
     """The queue's jobs still in the hot table (queued or running)."""
     t = s.jobs
     async with store.engine.connect() as conn:

@@ -7,7 +7,7 @@ import pytest
 
 from hipq.reconciler import Reconciler
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock, MemoryTarget
 
 
@@ -17,10 +17,10 @@ def target() -> MemoryTarget:
 
 
 @pytest.fixture
-def hipq(store: SQLStore, clock: FakeClock) -> Hipq:
+def hipq(store: Store, clock: FakeClock) -> Hipq:
     return Hipq(store, clock=clock)
 
 
 @pytest.fixture
-def reconciler(store: SQLStore, clock: FakeClock, target: MemoryTarget) -> Reconciler:
+def reconciler(store: Store, clock: FakeClock, target: MemoryTarget) -> Reconciler:
     return Reconciler(store, clock=clock, owner="o1", memory_targets={"t": target})

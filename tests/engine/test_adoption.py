@@ -10,14 +10,14 @@ from hipq.config import ReconcileConfig
 from hipq.jobs import JobState
 from hipq.reconciler import Reconciler
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock, MemoryTarget
 from tests.engine._helpers import enqueue, history, job, queue, respond, tick
 
 LEASE = ReconcileConfig(lease_seconds=30)
 
 
-async def _crash_after_launch(hipq: Hipq, reconciler: Reconciler, store: SQLStore,
+async def _crash_after_launch(hipq: Hipq, reconciler: Reconciler, store: Store,
                               clock: FakeClock, **settings: Any) -> None:
     """Leave "confirmed" running and confirmed, and "unconfirmed" marked running by o1
     without its launch ever being confirmed, as if o1 died in between."""
@@ -35,13 +35,13 @@ def target2() -> MemoryTarget:
 
 
 @pytest.fixture
-def successor(store: SQLStore, clock: FakeClock, target2: MemoryTarget) -> Reconciler:
+def successor(store: Store, clock: FakeClock, target2: MemoryTarget) -> Reconciler:
     return Reconciler(store, clock=clock, owner="o2", config=LEASE,
                       memory_targets={"t": target2})
 
 
 async def test_nothing_is_adopted_while_the_lease_is_held(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock,
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
         successor: Reconciler, target2: MemoryTarget) -> None:
     await _crash_after_launch(hipq, reconciler, store, clock)
     await enqueue(hipq, "waiting")
@@ -55,7 +55,7 @@ async def test_nothing_is_adopted_while_the_lease_is_held(
 
 
 async def test_a_confirmed_launch_keeps_waiting_for_its_response(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock,
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
         successor: Reconciler) -> None:
     await _crash_after_launch(hipq, reconciler, store, clock)
     clock.advance(31)
@@ -70,7 +70,7 @@ async def test_a_confirmed_launch_keeps_waiting_for_its_response(
 
 
 async def test_an_unconfirmed_launch_is_lost_and_retried_at_least_once(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock,
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
         successor: Reconciler, target2: MemoryTarget) -> None:
     await _crash_after_launch(hipq, reconciler, store, clock)
     clock.advance(31)
@@ -86,7 +86,7 @@ async def test_an_unconfirmed_launch_is_lost_and_retried_at_least_once(
 
 
 async def test_an_unconfirmed_launch_fails_at_most_once(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock,
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
         successor: Reconciler, target2: MemoryTarget) -> None:
     await _crash_after_launch(hipq, reconciler, store, clock, delivery_strategy="at_most_once")
     clock.advance(31)
@@ -102,7 +102,7 @@ async def test_an_unconfirmed_launch_fails_at_most_once(
 
 
 async def test_the_adopted_deadline_still_holds(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock,
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
         successor: Reconciler) -> None:
     await _crash_after_launch(hipq, reconciler, store, clock, timeout_seconds=100)
     clock.advance(31)
@@ -116,7 +116,7 @@ async def test_the_adopted_deadline_still_holds(
 
 
 async def test_the_dead_owner_cannot_overwrite_adopted_jobs(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock,
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
         successor: Reconciler) -> None:
     await _crash_after_launch(hipq, reconciler, store, clock)
     clock.advance(31)

@@ -13,7 +13,7 @@ from hipq.jobs import Job
 from hipq.reconciler import Reconciler
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock, MemoryTarget
 from tests.engine._helpers import hot_jobs, queue, tick
 
@@ -37,7 +37,7 @@ def _weights(jobs: list[Job], *, critical: bool) -> int:
 class Run:
     """One example: a fresh queue, target and reconciler on the shared database."""
 
-    def __init__(self, store: SQLStore, clock: FakeClock, data: st.DataObject) -> None:
+    def __init__(self, store: Store, clock: FakeClock, data: st.DataObject) -> None:
         self.store, self.clock, self.data = store, clock, data
         self.hipq = Hipq(store, clock=clock)
         self.target = MemoryTarget()
@@ -96,7 +96,7 @@ class Run:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 async def test_capacity_holds_and_no_job_is_launched_twice_or_lost(
-        store: SQLStore, clock: FakeClock, data: st.DataObject) -> None:
+        store: Store, clock: FakeClock, data: st.DataObject) -> None:
     run = Run(store, clock, data)
     try:
         await run.setup()

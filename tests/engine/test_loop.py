@@ -10,7 +10,7 @@ from hipq.errors import TransientStoreError
 from hipq.jobs import JobState
 from hipq.reconciler import Reconciler
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock, MemoryTarget
 from tests.engine._helpers import enqueue, history, inbox_outcomes, job, queue, respond, tick
 
@@ -68,7 +68,7 @@ async def test_a_retried_job_runs_again_only_after_being_fetched_again(
 
 
 async def test_a_job_leaves_running_only_once_persisted(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, target: MemoryTarget,
+        hipq: Hipq, reconciler: Reconciler, store: Store, target: MemoryTarget,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Step 3 fails: the ended job stays in the batch (and running in the database)
     until a later tick persists it; the new batch step 3 ran beside is marked
@@ -146,7 +146,7 @@ async def test_each_try_is_recorded_in_the_history(
 
 
 async def test_capacity_freed_at_step_0_is_reused_in_the_same_tick(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, target: MemoryTarget) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store, target: MemoryTarget) -> None:
     await hipq.create_queue(queue(concurrency=1))
     await enqueue(hipq, "a")
     await tick(reconciler)
@@ -161,7 +161,7 @@ async def test_capacity_freed_at_step_0_is_reused_in_the_same_tick(
 
 
 async def test_the_jobs_table_is_vacuumed_every_so_many_jobs(
-        hipq: Hipq, store: SQLStore, clock: FakeClock, target: MemoryTarget,
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from hipq.config import ReconcileConfig
 
@@ -191,4 +191,4 @@ async def test_the_jobs_table_is_vacuumed_every_so_many_jobs(
         await respond(hipq, f"b{i}")
     await tick(reconciler)  # 4 finished
     # PostgreSQL vacuums again after 6 more; SQLite said there is nothing to do
-    assert len(calls) == (2 if store.is_postgres else 1)
+    assert len(calls) == (2 if store.dialect == "postgresql" else 1)

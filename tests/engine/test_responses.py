@@ -10,7 +10,7 @@ from hipq.jobs import JobState
 from hipq.reconciler import Reconciler
 from hipq.schemas import ResponseRequest
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock, MemoryTarget, succeed
 from tests.engine._helpers import enqueue, history, inbox_outcomes, job, queue, respond, tick
 
@@ -24,7 +24,7 @@ async def _queue(hipq: Hipq) -> None:
 
 
 async def test_an_immediate_outcome_from_the_target_is_applied(
-        hipq: Hipq, store: SQLStore, clock: FakeClock) -> None:
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
     reconciler = Reconciler(store, clock=clock, owner="o1",
                             memory_targets={"t": MemoryTarget(succeed)})
     await enqueue(hipq, "a")
@@ -35,7 +35,7 @@ async def test_an_immediate_outcome_from_the_target_is_applied(
 
 
 async def test_a_response_before_the_launch_is_kept_and_applied(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock) -> None:
     await enqueue(hipq, "a", correlation_key="order-1")
     await hipq.report_response("order-1", ResponseRequest(result="early"))
     clock.advance(SWEEP_WAIT)
@@ -49,7 +49,7 @@ async def test_a_response_before_the_launch_is_kept_and_applied(
 
 
 async def test_duplicate_responses_are_applied_once(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store) -> None:
     await enqueue(hipq, "a")
     await tick(reconciler)
     await respond(hipq, "a", result=1)
@@ -64,7 +64,7 @@ async def test_duplicate_responses_are_applied_once(
 
 
 async def test_a_repeated_delivery_key_is_stored_once(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store) -> None:
     await enqueue(hipq, "a")
     await tick(reconciler)
     key = (await job(hipq, "a")).correlation_key
@@ -94,7 +94,7 @@ async def test_a_status_callback_for_an_older_attempt_is_stale(
 
 
 async def test_a_response_for_an_older_attempt_of_a_fixed_key_is_stale(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store) -> None:
     await enqueue(hipq, "a", correlation_key="order-1")
     await tick(reconciler)
     await hipq.report_response("order-1", ResponseRequest(status="failed", attempt=1))
@@ -110,7 +110,7 @@ async def test_a_response_for_an_older_attempt_of_a_fixed_key_is_stale(
 
 
 async def test_a_late_response_is_recorded_on_the_history_not_applied(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock) -> None:
     await enqueue(hipq, "a")
     await tick(reconciler)
     first_key = (await job(hipq, "a")).correlation_key
@@ -133,7 +133,7 @@ async def test_a_late_response_is_recorded_on_the_history_not_applied(
 
 
 async def test_a_late_response_after_the_job_failed_is_recorded(
-        hipq: Hipq, store: SQLStore, clock: FakeClock, reconciler: Reconciler) -> None:
+        hipq: Hipq, store: Store, clock: FakeClock, reconciler: Reconciler) -> None:
     await hipq.create_queue(queue("once", attempts=1, timeout_seconds=10))
     await enqueue(hipq, "a", queue_id="once")
     await tick(reconciler)
@@ -152,7 +152,7 @@ async def test_a_late_response_after_the_job_failed_is_recorded(
 
 
 async def test_an_unknown_key_waits_its_buffer_then_is_unmatched(
-        hipq: Hipq, store: SQLStore, clock: FakeClock, target: MemoryTarget) -> None:
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
     reconciler = Reconciler(store, clock=clock, owner="o1", memory_targets={"t": target},
                             responses=ResponsesConfig(buffer_seconds=60))
     row = await hipq.report_response("nobody", ResponseRequest())
@@ -168,7 +168,7 @@ async def test_an_unknown_key_waits_its_buffer_then_is_unmatched(
 
 
 async def test_a_late_response_to_a_fixed_key_without_attempt_is_not_applied_to_the_retry(
-        hipq: Hipq, reconciler: Reconciler, store: SQLStore, clock: FakeClock) -> None:
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock) -> None:
     await enqueue(hipq, "a", correlation_key="order-7")
     await tick(reconciler)
     clock.advance(60)

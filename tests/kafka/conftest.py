@@ -35,7 +35,7 @@ from hipq.daemon import Daemon
 from hipq.jobs import Attempt, Job
 from hipq.responses.kafka import rewind_truncated
 from hipq.service import Hipq
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.store import schema as s
 
 log = logging.getLogger(__name__)
@@ -229,13 +229,13 @@ async def job_and_history(service: Hipq, queue: str, job_id: str) -> tuple[Job, 
     return await service.get_job(queue, job_id)
 
 
-async def all_terminal(store: SQLStore) -> bool:
+async def all_terminal(store: Store) -> bool:
     async with store.engine.connect() as conn:
         return int((await conn.execute(sa.select(sa.func.count()).select_from(s.jobs)))
                    .scalar_one()) == 0
 
 
-async def inbox_rows(store: SQLStore, key: str | None = None) -> list[Any]:
+async def inbox_rows(store: Store, key: str | None = None) -> list[Any]:
     t = s.response_inbox
     query = sa.select(t).order_by(t.c.id)
     if key is not None:

@@ -14,7 +14,7 @@ from hipq.jobs import Job
 from hipq.reconciler import Reconciler
 from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
-from hipq.store import InsertOutcome, Response, SQLStore
+from hipq.store import InsertOutcome, Response, Store
 from hipq.testing import FakeClock, MemoryTarget
 
 MEMORY_TARGET: dict[str, Any] = {"kind": "memory", "name": "t"}
@@ -34,7 +34,7 @@ def queue(queue_id: str, **settings: Any) -> QueueConfig:
 class Harness:
     """One queue on a shared database, with its own target and reconciler."""
 
-    def __init__(self, store: SQLStore, clock: FakeClock, *, owner: str | None = None) -> None:
+    def __init__(self, store: Store, clock: FakeClock, *, owner: str | None = None) -> None:
         self.store, self.clock = store, clock
         self.hipq = Hipq(store, clock=clock)
         self.target = MemoryTarget()

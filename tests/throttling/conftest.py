@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.testing import FakeClock
 from tests.throttling._helpers import Harness
 
 
 @pytest.fixture
-def h(store: SQLStore, clock: FakeClock) -> Harness:
+def h(store: Store, clock: FakeClock) -> Harness:
     return Harness(store, clock)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from hipq.jobs import Job
 from hipq.schemas import EnqueueRequest
-from hipq.store import SQLStore
+from hipq.store import Store
 from hipq.store import schema as s
 from hipq.testing import FakeClock
 from tests.throttling._helpers import Harness, fresh_id, window_open
@@ -92,7 +92,7 @@ class Plan:
 
 @dataclass
 class Run:
-    store: SQLStore
+    store: Store
     clock: FakeClock
     data: st.DataObject
     h: Harness = field(init=False)
@@ -278,7 +278,7 @@ class Run:
 
 @PROPERTY_SETTINGS
 @given(data=st.data())
-async def test_throttling_invariants_over_whole_runs(store: SQLStore, clock: FakeClock,
+async def test_throttling_invariants_over_whole_runs(store: Store, clock: FakeClock,
                                                      data: st.DataObject) -> None:
     run = Run(store, clock, data)
     try:
@@ -296,7 +296,7 @@ async def test_throttling_invariants_over_whole_runs(store: SQLStore, clock: Fak
 @given(concurrency=st.integers(1, 3), gap=st.integers(1, 3), aging=st.sampled_from([5.0, 10.0]),
        weight=st.integers(1, 2), start=st.sampled_from(STARTS))
 async def test_aging_prevents_starvation_under_a_stream_of_urgent_jobs(
-        store: SQLStore, clock: FakeClock, concurrency: int, gap: int, aging: float,
+        store: Store, clock: FakeClock, concurrency: int, gap: int, aging: float,
         weight: int, start: datetime) -> None:
     """More priority-0 jobs arrive every tick than can run; a job ``gap`` priority
     numbers worse still launches, ahead of urgent jobs that wait."""
