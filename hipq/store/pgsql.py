@@ -189,8 +189,10 @@ class Compiled:
 
 
 def compile_select(stmt: sa.Select[Any], dialect: Dialect) -> Compiled:
+    """``stmt`` for asyncpg, its expanding lists rendered. The values it keeps are
+    passed as they are, with no type processing: the due query's only processed
+    parameter is its ``now``, which each call replaces (an aware datetime, which
+    asyncpg takes as it is)."""
     compiled = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
-    processors: dict[str, Any] = dict(compiled._bind_processors)  # type adaptations
     return Compiled(sql=compiled.string, names=tuple(compiled.positiontup or ()),
-                    values={n: processors[n](v) if n in processors else v
-                            for n, v in compiled.construct_params().items()})
+                    values=dict(compiled.construct_params()))

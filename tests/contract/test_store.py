@@ -1,5 +1,7 @@
-"""Contract tests of :class:`hipq.store.Store`: every test runs on SQLite and
-PostgreSQL (the ``store`` fixture), and times come from a :class:`FakeClock`."""
+"""The driver-conformance suite of :class:`hipq.store.Store`: every test runs
+against each driver (the ``store`` fixture: SQLite and PostgreSQL), through the
+protocol's methods only, and times come from a :class:`FakeClock`. A new driver
+passes this file before anything else uses it."""
 
 from __future__ import annotations
 
@@ -672,6 +674,81 @@ async def test_meta_get_or_set_keeps_the_first_value(store: Store) -> None:
     assert await store.meta_get_or_set("instance", "two") == "one"
 
 
+# -- merging queues -----------------------------------------------------------------------
+
+
+def merging_job(clock: FakeClock, job_id: str, payload: str, *, key: str = "k",
+                body_hash: str | None = None) -> Job:
+    return make_job(clock, job_id, ordering_key=key, key_order_at=clock.now(),
+                    data={"payloads": [payload]}, body_hash=body_hash or f"hash-{job_id}")
+
+
+async def test_merge_appends_to_the_queued_job_of_the_key(store: Store, clock: FakeClock) -> None:
+    first = await store.job_merge(merging_job(clock, "m1", "a"))
+    assert first.status is InsertStatus.CREATED
+    second = await store.job_merge(merging_job(clock, "m2", "b"))
+
+    assert second.status is InsertStatus.CREATED
+    assert second.job is not None
+    assert (second.job.id, second.job.data["payloads"]) == ("m1", ["a", "b"])
+    assert (await get(store, "m1")).data["payloads"] == ["a", "b"]
+    assert (await get(store, "m2")).id == "m1"  # a merged id answers with its holder
+    other = await store.job_merge(merging_job(clock, "o1", "c", key="other"))
+    assert other.status is InsertStatus.CREATED
+    assert (await get(store, "o1")).data["payloads"] == ["c"]
+
+
+async def test_merge_is_idempotent_per_job_id(store: Store, clock: FakeClock) -> None:
+    await store.job_merge(merging_job(clock, "m1", "a"))
+    await store.job_merge(merging_job(clock, "m2", "b"))
+
+    again = await store.job_merge(merging_job(clock, "m2", "b"))
+    assert again.status is InsertStatus.EXISTS
+    assert again.job is not None
+    assert again.job.data["payloads"] == ["a", "b"]
+    changed = await store.job_merge(merging_job(clock, "m2", "x", body_hash="another"))
+    assert changed.status is InsertStatus.CONFLICT
+    assert (await store.job_merge(merging_job(clock, "m1", "a"))).status is InsertStatus.EXISTS
+    assert (await get(store, "m1")).data["payloads"] == ["a", "b"]
+
+
+async def test_merge_never_joins_a_launched_job(store: Store, clock: FakeClock) -> None:
+    await store.job_merge(merging_job(clock, "m1", "a"))
+    await store.job_mark_running_many(queue=Q, ids=["m1"], now=clock.now(), owner=OWNER,
+                                      heartbeat_seconds=None)
+
+    outcome = await store.job_merge(merging_job(clock, "m2", "b"))
+    assert outcome.status is InsertStatus.CREATED
+    assert outcome.job is not None
+    assert outcome.job.id == "m2"
+    assert (await get(store, "m1")).data["payloads"] == ["a"]
+
+
+# -- rate-limit launch events -------------------------------------------------------------
+
+
+async def test_claims_record_launch_events_of_their_rate_group(store: Store,
+                                                              clock: FakeClock) -> None:
+    t0 = clock.now()
+    await insert(store, *(make_job(clock, f"j{i}") for i in range(3)))
+    await store.job_mark_running_many(queue=Q, ids=["j0", "j1", "j2"], now=t0, owner=OWNER,
+                                      heartbeat_seconds=None,
+                                      rate_groups={"j0": "g1", "j1": "g2", "gone": "g1"})
+    t1 = clock.advance(10)
+    await insert(store, make_job(clock, "j3"))
+    await store.job_mark_running_many(queue=Q, ids=["j3"], now=t1, owner=OWNER,
+                                      heartbeat_seconds=None, rate_groups={"j3": "g1"})
+
+    recent = await store.launch_events_recent(queue=Q, since=t0 - timedelta(seconds=1))
+    assert {group: sorted(times) for group, times in recent.items()} == {
+        "g1": [t0, t1], "g2": [t0]}
+    assert await store.launch_events_recent(queue="other", since=t0 - timedelta(seconds=1)) == {}
+    assert await store.launch_events_recent(queue=Q, since=t0) == {"g1": [t1]}
+    # events at or before ``since`` were deleted by the previous call
+    assert await store.launch_events_recent(queue=Q, since=t0 - timedelta(seconds=1)) == {
+        "g1": [t1]}
+
+
 # -- leases -------------------------------------------------------------------------------
 
 
@@ -752,6 +829,21 @@ async def test_archive_prune(store: Store, clock: FakeClock) -> None:
         assert await store.job_attempts(Q, job_id) == []
     assert (await get(store, "new")).status is JobState.SUCCEEDED
     assert len(await store.job_attempts(Q, "new")) == 1
+
+
+async def test_inbox_counts_by_outcome(store: Store, clock: FakeClock) -> None:
+    assert await store.inbox_counts() == {}
+    ids = await store.inbox_insert_many([Response(correlation_key=f"k{i}") for i in range(4)],
+                                        now=clock.now())
+    await store.inbox_mark_many([(ids[0], InboxOutcome.STALE), (ids[1], InboxOutcome.LATE)],
+                                now=clock.now())
+    await store.inbox_mark_many([(ids[0], InboxOutcome.APPLIED)], now=clock.now())
+
+    assert await store.inbox_counts() == {"pending": 2, "stale": 1, "late": 1}
+
+
+async def test_ping(store: Store) -> None:
+    await store.ping()
 
 
 # -- PostgreSQL row locks ------------------------------------------------------------------
