@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -63,6 +63,7 @@ class SQLAlchemyStore(abc.ABC):
 
     dialect: ClassVar[str]  # "postgresql" or "sqlite"
     supports_row_locks: ClassVar[bool]  # SELECT ... FOR UPDATE (else: a single writer)
+    _insert_into: ClassVar[Callable[[sa.Table], Any]]  # the dialect's ``insert``
     # driver errors that mean "the database is unreachable: try again"
     _transient: ClassVar[tuple[type[BaseException], ...]] = (OperationalError, OSError,
                                                              ConnectionError)
@@ -100,10 +101,9 @@ class SQLAlchemyStore(abc.ABC):
         except Exception:
             log.debug("could not reset the connection pool", exc_info=True)
 
-    @staticmethod
-    @abc.abstractmethod
-    def _insert(table: sa.Table) -> Any:
-        """The dialect's INSERT into ``table``, which has ON CONFLICT clauses."""
+    def _insert(self, table: sa.Table) -> Any:
+        """An INSERT into ``table`` in the dialect's construct, which has ON CONFLICT."""
+        return type(self)._insert_into(table)
 
     def _locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         """``stmt`` locking the rows it reads, where the database locks rows."""

@@ -25,7 +25,6 @@ from operator import attrgetter
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
-import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi as _adapted
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -41,7 +40,6 @@ from hipq.store.rows import (
     CACHE_SIZE,
     chunks,
     inbox_ids_in_order,
-    inbox_of,
     inbox_row,
     inbox_values,
     insert_outcome,
@@ -72,10 +70,7 @@ class PostgresStore(SQLAlchemyStore):
 
     dialect = "postgresql"
     supports_row_locks = True
-
-    @staticmethod
-    def _insert(table: sa.Table) -> Any:
-        return postgresql.insert(table)
+    _insert_into = postgresql.insert
     # errors of statements sent straight to asyncpg, as asyncpg raises them or as
     # SQLAlchemy's adapter translates them
     _transient = (*SQLAlchemyStore._transient,
@@ -270,6 +265,12 @@ class PostgresStore(SQLAlchemyStore):
             return {}
         return {r["correlation_key"]: job_from_row(r)
                 for r in await self._fetch("jobs_by_keys", keys=list(keys))}
+
+
+def inbox_of(changes: Sequence[Change]) -> tuple[list[int], list[str], list[str]]:
+    """The responses these changes apply: (inbox ids, their queues, their job ids)."""
+    pairs = [(i, c.queue, c.id) for c in changes for i in c.inbox_ids]
+    return [i for i, _, _ in pairs], [q for _, q, _ in pairs], [j for _, _, j in pairs]
 
 
 async def _raw(conn: AsyncConnection) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 from hipq.config import QueueConfig
 from hipq.jobs import Job, row_reader
 from hipq.store import schema as s
-from hipq.store.records import Change, InboxRow, InsertOutcome, InsertStatus, QueueRecord
+from hipq.store.records import InboxRow, InsertOutcome, InsertStatus, QueueRecord
 
 JOB_COLUMNS = [c.name for c in s.jobs.columns]
 INSERT_CHUNK = 500  # rows per generic statement (stays under bind-parameter limits)
@@ -74,12 +74,6 @@ def inbox_ids_in_order(responses: Sequence[Any],
     it = iter(sorted(plain))
     return [next(it) if response.dedup_key is None else ids.pop(response.dedup_key, None)
             for response in responses]
-
-
-def inbox_of(changes: Sequence[Change]) -> tuple[list[int], list[str], list[str]]:
-    """The responses these changes apply: (inbox ids, their queues, their job ids)."""
-    pairs = [(i, c.queue, c.id) for c in changes for i in c.inbox_ids]
-    return [i for i, _, _ in pairs], [q for _, q, _ in pairs], [j for _, _, j in pairs]
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

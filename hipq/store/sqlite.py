@@ -47,10 +47,7 @@ class SQLiteStore(SQLAlchemyStore):
 
     dialect = "sqlite"
     supports_row_locks = False
-
-    @staticmethod
-    def _insert(table: sa.Table) -> Any:
-        return sqlite.insert(table)
+    _insert_into = sqlite.insert
 
     # -- enqueue -----------------------------------------------------------------------
 
@@ -108,7 +105,8 @@ class SQLiteStore(SQLAlchemyStore):
                                  t.c.id.in_(list(ids)))
                 .values(status=JobState.RUNNING.value, attempt=t.c.attempt + 1,
                         launched_at=now,
-                        deadline=s.add_seconds(sa.literal(now, s.UTCDateTime), seconds),
+                        # timestamps are REAL seconds on SQLite (hipq.store.schema)
+                        deadline=sa.literal(now.timestamp(), sa.Float) + seconds,
                         owner=owner, launch_confirmed=False, updated_at=now,
                         correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
                                                  t.c.correlation_key), else_=new_key))
