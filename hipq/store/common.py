@@ -31,6 +31,7 @@ from hipq.config import QueueConfig
 from hipq.errors import SchemaError, TransientStoreError
 from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import schema as s
+from hipq.store.due import DueShape
 from hipq.store.records import (
     Change,
     InboxOutcome,
@@ -312,12 +313,19 @@ class SQLAlchemyStore(abc.ABC):
 
     # -- the reconcile loop: the hot paths, one per driver ---------------------------------
 
-    @abc.abstractmethod
     async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
                             ordering: Ordering, critical_only: bool = False,
                             group: str | None = None,
                             default_group_excluding: Sequence[str] | None = None,
-                            key_mode: str = "strict") -> list[Job]: ...
+                            key_mode: str = "strict") -> list[Job]:
+        excluding = None if default_group_excluding is None else tuple(default_group_excluding)
+        return await self._fetch_due(DueShape(
+            queue=queue, ordering=ordering, critical_only=critical_only, group=group,
+            default_group_excluding=excluding, key_mode=key_mode), now=now, limit=limit)
+
+    @abc.abstractmethod
+    async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
+        """The due jobs of :func:`~hipq.store.due.due_query`."""
 
     @abc.abstractmethod
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,

@@ -30,10 +30,10 @@ from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi as _
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from hipq.frozen import evolver
-from hipq.jobs import Job, JobState, Ordering
+from hipq.jobs import Job, JobState
 from hipq.store import pgsql
 from hipq.store.common import JobKey, SQLAlchemyStore
-from hipq.store.due import DUE_LIMIT, DUE_NOW, due_query
+from hipq.store.due import DUE_LIMIT, DUE_NOW, DueShape, due_query
 from hipq.store.pgsql import SQL, to_json
 from hipq.store.records import Change, ChangeKind, InboxOutcome, InboxRow, InsertOutcome, Response
 from hipq.store.rows import (
@@ -81,7 +81,7 @@ class PostgresStore(SQLAlchemyStore):
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
-        self._due_sql: dict[tuple[Any, ...], pgsql.Compiled] = {}
+        self._due_sql: dict[DueShape, pgsql.Compiled] = {}
 
     @asynccontextmanager
     async def _driver(self, *, transaction: bool = False) -> AsyncIterator[Any]:
@@ -142,23 +142,15 @@ class PostgresStore(SQLAlchemyStore):
 
     # -- the reconcile loop --------------------------------------------------------------
 
-    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
-                            ordering: Ordering, critical_only: bool = False,
-                            group: str | None = None,
-                            default_group_excluding: Sequence[str] | None = None,
-                            key_mode: str = "strict") -> list[Job]:
-        """The due query compiled once per queue and fetch shape; only ``now`` and
-        the limit change from one tick to the next."""
-        excluding = None if default_group_excluding is None else tuple(default_group_excluding)
-        shape = (queue, ordering, critical_only, group, excluding, key_mode)
+    async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
+        """The due query compiled once per shape; only ``now`` and the limit change
+        from one tick to the next."""
         compiled = self._due_sql.get(shape)
         if compiled is None:
             if len(self._due_sql) >= CACHE_SIZE:  # queues come and go: stay bounded
                 self._due_sql.clear()
-            compiled = self._due_sql[shape] = pgsql.compile_select(due_query(
-                queue=queue, now=now, limit=limit, ordering=ordering,
-                critical_only=critical_only, group=group,
-                default_group_excluding=excluding, key_mode=key_mode), self.engine.dialect)
+            compiled = self._due_sql[shape] = pgsql.compile_select(
+                due_query(shape, now=now, limit=limit), self.engine.dialect)
         async with self._driver() as db:
             rows = await db.fetch(compiled.sql, *compiled.params({DUE_NOW: now,
                                                                    DUE_LIMIT: limit}))

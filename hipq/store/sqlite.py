@@ -17,10 +17,10 @@ from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from hipq.jobs import Job, JobState, Ordering
+from hipq.jobs import Job, JobState
 from hipq.store import schema as s
 from hipq.store.common import JobKey, SQLAlchemyStore, stored_jobs
-from hipq.store.due import due_query
+from hipq.store.due import DueShape, due_query
 from hipq.store.records import (
     Change,
     ChangeKind,
@@ -78,16 +78,10 @@ class SQLiteStore(SQLAlchemyStore):
 
     # -- the reconcile loop --------------------------------------------------------------
 
-    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
-                            ordering: Ordering, critical_only: bool = False,
-                            group: str | None = None,
-                            default_group_excluding: Sequence[str] | None = None,
-                            key_mode: str = "strict") -> list[Job]:
-        stmt = due_query(queue=queue, now=now, limit=limit, ordering=ordering,
-                         critical_only=critical_only, group=group,
-                         default_group_excluding=default_group_excluding, key_mode=key_mode)
+    async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
         async with self._tx() as conn:
-            return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
+            return [job_from_row(r._mapping)
+                    for r in await conn.execute(due_query(shape, now=now, limit=limit))]
 
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
                                     owner: str, heartbeat_seconds: float | None,
