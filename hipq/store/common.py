@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -33,14 +33,11 @@ from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import schema as s
 from hipq.store.due import DueShape
 from hipq.store.records import (
-    Change,
-    InboxOutcome,
     InboxRow,
     InsertOutcome,
     InsertStatus,
     QueueRecord,
     QueueStats,
-    Response,
 )
 from hipq.store.rows import (
     CACHE_SIZE,
@@ -311,7 +308,11 @@ class SQLAlchemyStore(abc.ABC):
                                                          t.c.status == s.RUNNING))
             return [job_from_row(r._mapping) for r in rows]
 
-    # -- the reconcile loop: the hot paths, one per driver ---------------------------------
+    # -- the reconcile loop ---------------------------------------------------------------
+    # Each driver implements the hot paths itself: job_mark_running_many,
+    # job_confirm_launch_many, persist_batch, inbox_insert_many, inbox_mark_many,
+    # inbox_pending_for_keys and job_keys_lookup (the factory's return type checks
+    # that a driver is a whole Store).
 
     async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
                             ordering: Ordering, critical_only: bool = False,
@@ -326,35 +327,6 @@ class SQLAlchemyStore(abc.ABC):
     @abc.abstractmethod
     async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
         """The due jobs of :func:`~hipq.store.due.due_query`."""
-
-    @abc.abstractmethod
-    async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
-                                    owner: str, heartbeat_seconds: float | None,
-                                    rate_groups: Mapping[str, str] | None = None,
-                                    known: Mapping[str, Job] | None = None) -> list[Job]: ...
-
-    @abc.abstractmethod
-    async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
-                                      owner: str) -> int: ...
-
-    @abc.abstractmethod
-    async def persist_batch(self, *, changes: Sequence[Change], owner: str, now: datetime,
-                            inbox: Sequence[tuple[int, InboxOutcome]] = ()
-                            ) -> set[JobKey]: ...
-
-    @abc.abstractmethod
-    async def inbox_insert_many(self, responses: Sequence[Response], *,
-                                now: datetime) -> list[int | None]: ...
-
-    @abc.abstractmethod
-    async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]: ...
-
-    @abc.abstractmethod
-    async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]: ...
-
-    @abc.abstractmethod
-    async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
-                              now: datetime) -> None: ...
 
     async def jobs_vacuum(self) -> bool:
         return False  # nothing to do unless the driver says otherwise

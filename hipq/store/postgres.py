@@ -35,7 +35,15 @@ from hipq.store import pgsql
 from hipq.store.common import JobKey, SQLAlchemyStore
 from hipq.store.due import DUE_LIMIT, DUE_NOW, DueShape, due_query
 from hipq.store.pgsql import SQL, to_json
-from hipq.store.records import Change, ChangeKind, InboxOutcome, InboxRow, InsertOutcome, Response
+from hipq.store.records import (
+    Change,
+    ChangeKind,
+    InboxOutcome,
+    InboxRow,
+    InsertOutcome,
+    InsertStatus,
+    Response,
+)
 from hipq.store.rows import (
     CACHE_SIZE,
     chunks,
@@ -126,18 +134,20 @@ class PostgresStore(SQLAlchemyStore):
             rows = await db.fetch(insert.plain, *insert.params)
         except asyncpg.UniqueViolationError:
             rows = await db.fetch(insert.guarded, *insert.params)
+        if len(rows) == len(unique):  # the common case: no lookups, no per-row checks
+            created = InsertStatus.CREATED
+            return {job.key: InsertOutcome(id=job.id, status=created, job=job) for job in unique}
         inserted = {(r["queue"], r["id"]) for r in rows}
+        missing: dict[str, list[str]] = {}
+        for job in unique:
+            if job.key not in inserted:
+                missing.setdefault(job.queue, []).append(job.id)
         existing: dict[JobKey, Job] = {}
-        if len(rows) < len(unique):
-            missing: dict[str, list[str]] = {}
-            for job in unique:
-                if job.key not in inserted:
-                    missing.setdefault(job.queue, []).append(job.id)
-            for queue, ids in missing.items():  # repeats: what is stored, archived or live
-                for name in ("archived_by_ids", "live_by_ids"):
-                    statement = SQL[name]
-                    for r in await db.fetch(statement.sql, *statement.args(queue=queue, ids=ids)):
-                        existing.setdefault((r["queue"], r["id"]), job_from_row(r))
+        for queue, ids in missing.items():  # repeats: what is stored, archived or live
+            for name in ("archived_by_ids", "live_by_ids"):
+                statement = SQL[name]
+                for r in await db.fetch(statement.sql, *statement.args(queue=queue, ids=ids)):
+                    existing.setdefault((r["queue"], r["id"]), job_from_row(r))
         return {job.key: insert_outcome(job, inserted, existing) for job in unique}
 
     # -- the reconcile loop --------------------------------------------------------------
