@@ -25,7 +25,7 @@ from common import drop_database, fresh_database, postgres
 
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
-from hipq.engine import Reconciler
+from hipq.reconciler import Reconciler
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import open_store
@@ -80,28 +80,31 @@ async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
 
 
 def _time_store() -> dict[str, list[float]]:
-    """Wrap every public coroutine of Store to sum its wall time."""
+    """Wrap every public coroutine of the store drivers to sum its wall time."""
     import functools
     import inspect
 
-    from hipq.store.sql import Store
+    from hipq.store.postgres import PostgresStore
+    from hipq.store.sqlite import SQLiteStore
     spent: dict[str, list[float]] = {}
-    for name, fn in list(vars(Store).items()):
-        if name.startswith("_") or not inspect.iscoroutinefunction(fn):
-            continue
+    for cls in (PostgresStore, SQLiteStore):
+        for name in dir(cls):
+            fn = getattr(cls, name)
+            if name.startswith("_") or not inspect.iscoroutinefunction(fn):
+                continue
 
-        def wrap(fn=fn, name=name):  # type: ignore[no-untyped-def]
-            @functools.wraps(fn)
-            async def timed(*a, **k):  # type: ignore[no-untyped-def]
-                t = time.perf_counter()
-                try:
-                    return await fn(*a, **k)
-                finally:
-                    cell = spent.setdefault(name, [0.0, 0])
-                    cell[0] += time.perf_counter() - t
-                    cell[1] += 1
-            return timed
-        setattr(Store, name, wrap())
+            def wrap(fn=fn, name=name):  # type: ignore[no-untyped-def]
+                @functools.wraps(fn)
+                async def timed(*a, **k):  # type: ignore[no-untyped-def]
+                    t = time.perf_counter()
+                    try:
+                        return await fn(*a, **k)
+                    finally:
+                        cell = spent.setdefault(name, [0.0, 0])
+                        cell[0] += time.perf_counter() - t
+                        cell[1] += 1
+                return timed
+            setattr(cls, name, wrap())
     return spent
 
 

@@ -80,7 +80,7 @@ def plain_url(url: str) -> str:
 class StatementTimes:
     """Wall time per SQL statement (first line), measured around the driver call:
     SQLAlchemy's cursor events, and asyncpg's query logger for the statements
-    ``hipq.store.pg`` sends straight to the driver."""
+    ``hipq.store.postgres`` sends straight to the driver."""
 
     enabled: bool = False
     totals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -107,8 +107,8 @@ class StatementTimes:
             self._add(query.query, query.elapsed)
 
         @event.listens_for(engine.pool, "checkout")
-        def _checkout(dbapi_connection: Any, *_: Any) -> None:
-            driver = dbapi_connection._connection
+        def _checkout(_dbapi: Any, record: Any, *_: Any) -> None:
+            driver = record.driver_connection
             if id(driver) not in hooked:
                 hooked.add(id(driver))
                 driver.add_query_logger(_logged)

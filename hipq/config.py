@@ -26,6 +26,7 @@ from hipq.throttling import windows
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
+DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process

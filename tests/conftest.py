@@ -20,7 +20,7 @@ import asyncpg
 import hypothesis
 import pytest
 
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
 from hipq.testing import FakeClock, migrate_database
 
 # CI replays the same examples on every run (a red CI is then a real regression,
@@ -147,7 +147,7 @@ async def db_url(backend: str, request: pytest.FixtureRequest,
 
 @pytest.fixture
 async def store(backend: str, request: pytest.FixtureRequest,
-                tmp_path: Path) -> AsyncIterator[SQLStore]:
+                tmp_path: Path) -> AsyncIterator[Store]:
     """A migrated store on each backend; fails the test if a pooled connection leaked."""
     async for url in _migrated_url(backend, request, tmp_path):
         opened = await open_store(url)

@@ -1,5 +1,9 @@
-"""Storage: one schema, one SQL store for PostgreSQL and SQLite."""
+"""Storage: the :class:`Store` protocol, one driver per database behind it
+(:mod:`hipq.store.sqlite`, :mod:`hipq.store.postgres`), and :func:`open_store`,
+which picks the driver from the database URL."""
 
+from hipq.store.base import Store
+from hipq.store.factory import normalize_url, open_store
 from hipq.store.records import (
     Change,
     ChangeKind,
@@ -11,9 +15,6 @@ from hipq.store.records import (
     QueueStats,
     Response,
 )
-from hipq.store.sql import SQLStore, normalize_url, open_store
-
-Store = SQLStore
 
 __all__ = [
     "Change",
@@ -25,7 +26,6 @@ __all__ = [
     "QueueRecord",
     "QueueStats",
     "Response",
-    "SQLStore",
     "Store",
     "normalize_url",
     "open_store",

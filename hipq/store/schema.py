@@ -2,7 +2,7 @@
 
 Timestamps are aware UTC datetimes in Python. PostgreSQL stores them as
 ``timestamptz``; SQLite stores them as REAL seconds since the epoch, so that
-comparisons and ``add_seconds`` are plain arithmetic there. Status predicates that
+comparisons and adding seconds are plain arithmetic there. Status predicates that
 partial indexes depend on are rendered as SQL literals (``QUEUED``, ``RUNNING``),
 never as bind parameters, so PostgreSQL's generic plans can still use the indexes.
 """
@@ -15,9 +15,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.functions import FunctionElement
 
 from hipq.clock import utc
 
@@ -56,26 +53,6 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
         if dialect.name == "sqlite":
             return datetime.fromtimestamp(float(value), UTC)
         return utc(value)
-
-
-class add_seconds(FunctionElement[datetime]):
-    """``timestamp + seconds`` in the dialect's own arithmetic."""
-
-    type = UTCDateTime()
-    inherit_cache = True
-
-
-@compiles(add_seconds, "postgresql")
-def _add_seconds_pg(element: add_seconds, compiler: SQLCompiler, **kw: Any) -> str:
-    ts, secs = list(element.clauses)
-    return (f"({compiler.process(ts, **kw)} + make_interval(secs => "
-            f"{compiler.process(secs, **kw)}))")
-
-
-@compiles(add_seconds, "sqlite")
-def _add_seconds_sqlite(element: add_seconds, compiler: SQLCompiler, **kw: Any) -> str:
-    ts, secs = list(element.clauses)
-    return f"({compiler.process(ts, **kw)} + {compiler.process(secs, **kw)})"
 
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import event
 
 from hipq.jobs import Ordering
-from hipq.store import Change, ChangeKind, SQLStore, open_store
+from hipq.store import Change, ChangeKind, Store, open_store
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
 QUEUE = "bench"
@@ -74,7 +74,7 @@ async def backlog_db(pg_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def pg_store(backlog_db: str) -> AsyncIterator[SQLStore]:
+async def pg_store(backlog_db: str) -> AsyncIterator[Store]:
     store = await open_store(backlog_db)
     try:
         yield store
@@ -92,9 +92,9 @@ async def raw(backlog_db: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 @contextmanager
-def captured(store: SQLStore) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+def captured(store: Store) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
     """The (SQL, driver parameters) of every statement the store sends meanwhile:
-    through SQLAlchemy (its cursor events) or straight to asyncpg (``hipq.store.pg``;
+    through SQLAlchemy (its cursor events) or straight to asyncpg (``hipq.store.postgres``;
     asyncpg's query logger on every connection checked out meanwhile)."""
     seen: list[tuple[str, tuple[Any, ...]]] = []
     hooked: list[Any] = []
@@ -102,8 +102,8 @@ def captured(store: SQLStore) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
     def record(query: Any) -> None:
         seen.append((query.query, tuple(query.args or ())))
 
-    def checkout(dbapi_connection: Any, *_: Any) -> None:
-        driver = dbapi_connection._connection
+    def checkout(_dbapi: Any, pooled: Any, *_: Any) -> None:
+        driver = pooled.driver_connection
         if driver not in hooked:
             driver.add_query_logger(record)
             hooked.append(driver)
@@ -214,7 +214,7 @@ FETCH_CASES = [
 
 @pytest.mark.parametrize(("ordering", "critical_only", "index"), FETCH_CASES)
 async def test_due_fetch_reads_only_a_limit_from_its_partial_index(
-        pg_store: SQLStore, raw: asyncpg.Connection, ordering: Ordering, critical_only: bool,
+        pg_store: Store, raw: asyncpg.Connection, ordering: Ordering, critical_only: bool,
         index: str) -> None:
     with captured(pg_store) as seen:
         due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=LIMIT, ordering=ordering,
@@ -242,7 +242,7 @@ BATCHES = [pytest.param(LIMIT, id="batch-100"), pytest.param(1000, id="batch-100
 
 
 @pytest.mark.parametrize("batch", BATCHES)
-async def test_claim_reads_jobs_by_primary_key(pg_store: SQLStore, raw: asyncpg.Connection,
+async def test_claim_reads_jobs_by_primary_key(pg_store: Store, raw: asyncpg.Connection,
                                                batch: int) -> None:
     due = await pg_store.job_fetch_due(queue=QUEUE, now=NOW, limit=batch,
                                        ordering=Ordering.TIME_THEN_PRIORITY)
@@ -274,7 +274,7 @@ def containing(seen: list[tuple[str, tuple[Any, ...]]], marker: str) -> tuple[st
 
 
 @pytest.mark.parametrize("batch", BATCHES)
-async def test_ending_tries_finds_jobs_by_primary_key(pg_store: SQLStore,
+async def test_ending_tries_finds_jobs_by_primary_key(pg_store: Store,
                                                       raw: asyncpg.Connection,
                                                       batch: int) -> None:
     """The drain case: statistics taken while no job ran say no job has an owner (an
@@ -311,7 +311,7 @@ async def test_ending_tries_finds_jobs_by_primary_key(pg_store: SQLStore,
         assert_by_key(await explain_generic(raw, sql, params))
 
 
-async def test_expiry_sweep_reads_only_its_partial_index(pg_store: SQLStore,
+async def test_expiry_sweep_reads_only_its_partial_index(pg_store: Store,
                                                          raw: asyncpg.Connection) -> None:
     with captured(pg_store) as seen:
         assert await pg_store.job_expired_sweep(now=NOW, limit=1000) == []

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from hipq.errors import SchemaError
-from hipq.store import SQLStore, open_store
+from hipq.store import Store, open_store
 from hipq.store.schema import SCHEMA_VERSION, render_postgres_ddl
 from hipq.testing import migrate_database
 
@@ -108,7 +108,7 @@ async def test_check_schema_refuses_an_unmigrated_database(
             await store.close()
 
 
-async def test_migrate_is_idempotent(store: SQLStore) -> None:
+async def test_migrate_is_idempotent(store: Store) -> None:
     assert await store.migrate() == SCHEMA_VERSION
     assert await store.migrate() == SCHEMA_VERSION
     await store.check_schema()

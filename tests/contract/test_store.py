@@ -1,5 +1,7 @@
-"""Contract tests of :class:`hipq.store.SQLStore`: every test runs on SQLite and
-PostgreSQL (the ``store`` fixture), and times come from a :class:`FakeClock`."""
+"""The driver-conformance suite of :class:`hipq.store.Store`: every test runs
+against each driver (the ``store`` fixture: SQLite and PostgreSQL), through the
+protocol's methods only, and times come from a :class:`FakeClock`. A new driver
+passes this file before anything else uses it."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from hipq.store import (
     InboxOutcome,
     InsertStatus,
     Response,
-    SQLStore,
+    Store,
     open_store,
 )
 from hipq.testing import FakeClock
@@ -35,12 +37,12 @@ def make_job(clock: FakeClock, job_id: str, *, queue: str = Q, run_at: datetime 
                token=f"tok-{job_id}", body_hash=body_hash, **fields)
 
 
-async def insert(store: SQLStore, *jobs: Job) -> None:
+async def insert(store: Store, *jobs: Job) -> None:
     outcomes = await store.job_insert_many(jobs)
     assert [o.status for o in outcomes] == [InsertStatus.CREATED] * len(jobs)
 
 
-async def start(store: SQLStore, clock: FakeClock, *jobs: Job, owner: str = OWNER,
+async def start(store: Store, clock: FakeClock, *jobs: Job, owner: str = OWNER,
                 heartbeat_seconds: float | None = None) -> list[Job]:
     """Insert ``jobs`` and claim them as running."""
     await insert(store, *jobs)
@@ -58,7 +60,7 @@ def archive(job: Job, *, status: str = "succeeded", **fields: Any) -> Change:
                   outcome=status, **values)
 
 
-async def get(store: SQLStore, job_id: str, queue: str = Q) -> Job:
+async def get(store: Store, job_id: str, queue: str = Q) -> Job:
     job = await store.job_get(queue, job_id)
     assert job is not None
     return job
@@ -67,7 +69,7 @@ async def get(store: SQLStore, job_id: str, queue: str = Q) -> Job:
 # -- queues -------------------------------------------------------------------------
 
 
-async def test_queue_upsert_creates_then_replaces(store: SQLStore, clock: FakeClock) -> None:
+async def test_queue_upsert_creates_then_replaces(store: Store, clock: FakeClock) -> None:
     created_at = clock.now()
     assert await store.queue_upsert(QueueConfig(id=Q, attempts=2), now=created_at) is True
     updated_at = clock.advance(60)
@@ -79,17 +81,17 @@ async def test_queue_upsert_creates_then_replaces(store: SQLStore, clock: FakeCl
     assert (record.created_at, record.updated_at) == (created_at, updated_at)
 
 
-async def test_queue_get_missing_is_none(store: SQLStore) -> None:
+async def test_queue_get_missing_is_none(store: Store) -> None:
     assert await store.queue_get("nope") is None
 
 
-async def test_queue_list_is_sorted_by_id(store: SQLStore, clock: FakeClock) -> None:
+async def test_queue_list_is_sorted_by_id(store: Store, clock: FakeClock) -> None:
     for name in ("b", "c", "a"):
         await store.queue_upsert(QueueConfig(id=name), now=clock.now())
     assert [r.id for r in await store.queue_list()] == ["a", "b", "c"]
 
 
-async def test_queue_set_paused(store: SQLStore, clock: FakeClock) -> None:
+async def test_queue_set_paused(store: Store, clock: FakeClock) -> None:
     await store.queue_upsert(QueueConfig(id=Q), now=clock.now())
 
     assert await store.queue_set_paused(Q, True, now=clock.now()) is True
@@ -103,7 +105,7 @@ async def test_queue_set_paused(store: SQLStore, clock: FakeClock) -> None:
 # -- enqueue ------------------------------------------------------------------------
 
 
-async def test_insert_creates_and_round_trips(store: SQLStore, clock: FakeClock) -> None:
+async def test_insert_creates_and_round_trips(store: Store, clock: FakeClock) -> None:
     job = make_job(clock, "j1", priority=5, weight=3, critical=True, max_attempts=4,
                    run_at=clock.now() + timedelta(microseconds=123457),
                    expires_at=clock.now() + timedelta(hours=1), ordering_key="k",
@@ -115,7 +117,7 @@ async def test_insert_creates_and_round_trips(store: SQLStore, clock: FakeClock)
     assert await get(store, "j1") == job
 
 
-async def test_insert_many_keeps_each_jobs_own_values(store: SQLStore, clock: FakeClock) -> None:
+async def test_insert_many_keeps_each_jobs_own_values(store: Store, clock: FakeClock) -> None:
     """A batch where some columns are equal for every job and others are not (on
     PostgreSQL the equal ones travel once): each job round-trips exactly, even
     where Python calls different values equal ({"a": 1} == {"a": True})."""
@@ -138,7 +140,7 @@ async def test_insert_many_keeps_each_jobs_own_values(store: SQLStore, clock: Fa
     assert (await get(store, "alone")).data == {"only": "one"}
 
 
-async def test_insert_same_body_is_exists_with_the_stored_job(store: SQLStore,
+async def test_insert_same_body_is_exists_with_the_stored_job(store: Store,
                                                              clock: FakeClock) -> None:
     first = make_job(clock, "j1")
     await insert(store, first)
@@ -149,7 +151,7 @@ async def test_insert_same_body_is_exists_with_the_stored_job(store: SQLStore,
     assert outcome.job == first
 
 
-async def test_insert_other_body_is_conflict(store: SQLStore, clock: FakeClock) -> None:
+async def test_insert_other_body_is_conflict(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "j1"))
 
     [outcome] = await store.job_insert_many([make_job(clock, "j1", body_hash="hash-2")])
@@ -158,7 +160,7 @@ async def test_insert_other_body_is_conflict(store: SQLStore, clock: FakeClock) 
     assert await get(store, "j1") == make_job(clock, "j1")
 
 
-async def test_insert_same_id_in_another_queue_is_created(store: SQLStore,
+async def test_insert_same_id_in_another_queue_is_created(store: Store,
                                                           clock: FakeClock) -> None:
     await insert(store, make_job(clock, "j1"))
     await insert(store, make_job(clock, "j1", queue="other"))
@@ -166,7 +168,7 @@ async def test_insert_same_id_in_another_queue_is_created(store: SQLStore,
 
 @pytest.mark.parametrize(("body_hash", "status"),
                          [("hash-1", InsertStatus.EXISTS), ("hash-2", InsertStatus.CONFLICT)])
-async def test_insert_archived_id(store: SQLStore, clock: FakeClock, body_hash: str,
+async def test_insert_archived_id(store: Store, clock: FakeClock, body_hash: str,
                                   status: InsertStatus) -> None:
     await insert(store, make_job(clock, "j1"))
     await store.job_cancel_queued(queue=Q, job_id="j1", now=clock.now())
@@ -178,7 +180,7 @@ async def test_insert_archived_id(store: SQLStore, clock: FakeClock, body_hash: 
     assert (await get(store, "j1")).status is JobState.CANCELLED  # not re-queued
 
 
-async def test_insert_fixed_correlation_key_in_use_is_conflict(store: SQLStore,
+async def test_insert_fixed_correlation_key_in_use_is_conflict(store: Store,
                                                               clock: FakeClock) -> None:
     await insert(store, make_job(clock, "j1", correlation_key="key", correlation_fixed=True))
 
@@ -189,7 +191,7 @@ async def test_insert_fixed_correlation_key_in_use_is_conflict(store: SQLStore,
     assert await store.job_get(Q, "j2") is None
 
 
-async def test_fixed_correlation_key_is_free_once_its_job_ends(store: SQLStore,
+async def test_fixed_correlation_key_is_free_once_its_job_ends(store: Store,
                                                                clock: FakeClock) -> None:
     [job] = await start(store, clock,
                         make_job(clock, "j1", correlation_key="key", correlation_fixed=True))
@@ -198,7 +200,7 @@ async def test_fixed_correlation_key_is_free_once_its_job_ends(store: SQLStore,
     await insert(store, make_job(clock, "j2", correlation_key="key", correlation_fixed=True))
 
 
-async def test_insert_many_answers_in_input_order(store: SQLStore, clock: FakeClock) -> None:
+async def test_insert_many_answers_in_input_order(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "old"), make_job(clock, "clash"))
 
     outcomes = await store.job_insert_many([
@@ -212,7 +214,7 @@ async def test_insert_many_answers_in_input_order(store: SQLStore, clock: FakeCl
 # -- fetching due jobs ----------------------------------------------------------------
 
 
-async def _insert_mixed(store: SQLStore, clock: FakeClock) -> None:
+async def _insert_mixed(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     await insert(store,
                  make_job(clock, "late-urgent", run_at=t0 - timedelta(seconds=10), priority=1),
@@ -222,33 +224,33 @@ async def _insert_mixed(store: SQLStore, clock: FakeClock) -> None:
                  make_job(clock, "mid-urgent", run_at=t0 - timedelta(seconds=20), priority=1))
 
 
-async def _due_ids(store: SQLStore, clock: FakeClock, ordering: Ordering, *,
+async def _due_ids(store: Store, clock: FakeClock, ordering: Ordering, *,
                    limit: int = 100, critical_only: bool = False) -> list[str]:
     jobs = await store.job_fetch_due(queue=Q, now=clock.now(), limit=limit, ordering=ordering,
                                      critical_only=critical_only)
     return [j.id for j in jobs]
 
 
-async def test_fetch_due_time_then_priority(store: SQLStore, clock: FakeClock) -> None:
+async def test_fetch_due_time_then_priority(store: Store, clock: FakeClock) -> None:
     await _insert_mixed(store, clock)
     assert await _due_ids(store, clock, Ordering.TIME_THEN_PRIORITY) == [
         "early-lazy", "mid-urgent", "a-mid", "b-mid", "late-urgent"]
 
 
-async def test_fetch_due_priority_then_time(store: SQLStore, clock: FakeClock) -> None:
+async def test_fetch_due_priority_then_time(store: Store, clock: FakeClock) -> None:
     await _insert_mixed(store, clock)
     assert await _due_ids(store, clock, Ordering.PRIORITY_THEN_TIME) == [
         "mid-urgent", "late-urgent", "a-mid", "b-mid", "early-lazy"]
 
 
 @pytest.mark.parametrize("ordering", list(Ordering))
-async def test_fetch_due_is_bounded(store: SQLStore, clock: FakeClock,
+async def test_fetch_due_is_bounded(store: Store, clock: FakeClock,
                                     ordering: Ordering) -> None:
     await _insert_mixed(store, clock)
     assert len(await _due_ids(store, clock, ordering, limit=2)) == 2
 
 
-async def test_fetch_due_takes_run_at_up_to_now(store: SQLStore, clock: FakeClock) -> None:
+async def test_fetch_due_takes_run_at_up_to_now(store: Store, clock: FakeClock) -> None:
     now = clock.now()
     await insert(store, make_job(clock, "now", run_at=now),
                  make_job(clock, "future", run_at=now + timedelta(microseconds=1000)))
@@ -258,7 +260,7 @@ async def test_fetch_due_takes_run_at_up_to_now(store: SQLStore, clock: FakeCloc
     assert await _due_ids(store, clock, Ordering.TIME_THEN_PRIORITY) == ["now", "future"]
 
 
-async def test_fetch_due_only_queued_jobs_of_the_queue(store: SQLStore,
+async def test_fetch_due_only_queued_jobs_of_the_queue(store: Store,
                                                        clock: FakeClock) -> None:
     await start(store, clock, make_job(clock, "running"))
     await insert(store, make_job(clock, "queued"), make_job(clock, "elsewhere", queue="other"))
@@ -267,7 +269,7 @@ async def test_fetch_due_only_queued_jobs_of_the_queue(store: SQLStore,
 
 
 @pytest.mark.parametrize("ordering", list(Ordering))
-async def test_fetch_due_critical_only(store: SQLStore, clock: FakeClock,
+async def test_fetch_due_critical_only(store: Store, clock: FakeClock,
                                        ordering: Ordering) -> None:
     t0 = clock.now()
     await insert(store,
@@ -283,7 +285,7 @@ async def test_fetch_due_critical_only(store: SQLStore, clock: FakeClock,
 # -- claiming (step 4) and confirming launches -------------------------------------------
 
 
-async def test_mark_running_claims(store: SQLStore, clock: FakeClock) -> None:
+async def test_mark_running_claims(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1", timeout_seconds=90))
     now = clock.now()
 
@@ -300,26 +302,26 @@ async def test_mark_running_claims(store: SQLStore, clock: FakeClock) -> None:
 @pytest.mark.parametrize(("timeout_seconds", "heartbeat", "expected"),
                          [(90.0, 10.0, 10.0), (5.0, 10.0, 5.0), (7.5, None, 7.5)])
 async def test_mark_running_deadline_is_the_shorter_of_timeout_and_heartbeat(
-        store: SQLStore, clock: FakeClock, timeout_seconds: float, heartbeat: float | None,
+        store: Store, clock: FakeClock, timeout_seconds: float, heartbeat: float | None,
         expected: float) -> None:
     [job] = await start(store, clock, make_job(clock, "j1", timeout_seconds=timeout_seconds),
                         heartbeat_seconds=heartbeat)
     assert job.deadline == clock.now() + timedelta(seconds=expected)
 
 
-async def test_mark_running_keeps_a_fixed_correlation_key(store: SQLStore,
+async def test_mark_running_keeps_a_fixed_correlation_key(store: Store,
                                                           clock: FakeClock) -> None:
     [job] = await start(store, clock,
                         make_job(clock, "j1", correlation_key="mine", correlation_fixed=True))
     assert job.correlation_key == "mine"
 
 
-async def test_mark_running_key_follows_the_attempt(store: SQLStore, clock: FakeClock) -> None:
+async def test_mark_running_key_follows_the_attempt(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1", attempt=2))
     assert (job.attempt, job.correlation_key) == (3, "tok-j1.3")
 
 
-async def test_mark_running_skips_jobs_not_queued(store: SQLStore, clock: FakeClock) -> None:
+async def test_mark_running_skips_jobs_not_queued(store: Store, clock: FakeClock) -> None:
     await start(store, clock, make_job(clock, "running"))
     await insert(store, make_job(clock, "b"), make_job(clock, "a"))
 
@@ -332,13 +334,13 @@ async def test_mark_running_skips_jobs_not_queued(store: SQLStore, clock: FakeCl
                                              heartbeat_seconds=None) == []
 
 
-async def test_mark_running_only_in_the_given_queue(store: SQLStore, clock: FakeClock) -> None:
+async def test_mark_running_only_in_the_given_queue(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "j1", queue="other"))
     assert await store.job_mark_running_many(queue=Q, ids=["j1"], now=clock.now(), owner=OWNER,
                                              heartbeat_seconds=None) == []
 
 
-async def test_confirm_launch(store: SQLStore, clock: FakeClock) -> None:
+async def test_confirm_launch(store: Store, clock: FakeClock) -> None:
     await start(store, clock, make_job(clock, "j1"), make_job(clock, "j2"), make_job(clock, "j3"))
 
     assert await store.job_confirm_launch_many(keys=[(Q, "j1", 1)], owner=OWNER) == 1
@@ -351,7 +353,7 @@ async def test_confirm_launch(store: SQLStore, clock: FakeClock) -> None:
 # -- persisting the batch (step 3) ------------------------------------------------------
 
 
-async def test_persist_archive(store: SQLStore, clock: FakeClock) -> None:
+async def test_persist_archive(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     now = clock.advance(5)
 
@@ -369,7 +371,7 @@ async def test_persist_archive(store: SQLStore, clock: FakeClock) -> None:
     assert attempt.response == {"raw": True}
 
 
-async def test_persist_archive_failed_with_error(store: SQLStore, clock: FakeClock) -> None:
+async def test_persist_archive_failed_with_error(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     error = {"kind": "http_status", "detail": "500"}
 
@@ -379,7 +381,7 @@ async def test_persist_archive_failed_with_error(store: SQLStore, clock: FakeClo
     assert (failed.id, failed.error) == ("j1", error)
 
 
-async def test_persist_requeue(store: SQLStore, clock: FakeClock) -> None:
+async def test_persist_requeue(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     now = clock.advance(5)
     retry_at = now + timedelta(minutes=1)
@@ -401,7 +403,7 @@ async def test_persist_requeue(store: SQLStore, clock: FakeClock) -> None:
         queue=Q, now=retry_at, limit=10, ordering=Ordering.TIME_THEN_PRIORITY)] == ["j1"]
 
 
-async def test_persist_requeue_keeps_data_and_fixed_key(store: SQLStore,
+async def test_persist_requeue_keeps_data_and_fixed_key(store: Store,
                                                         clock: FakeClock) -> None:
     [job] = await start(store, clock,
                         make_job(clock, "j1", correlation_key="mine", correlation_fixed=True))
@@ -413,7 +415,7 @@ async def test_persist_requeue_keeps_data_and_fixed_key(store: SQLStore,
     assert (again.data, again.correlation_key) == (job.data, "mine")
 
 
-async def test_persist_extend(store: SQLStore, clock: FakeClock) -> None:
+async def test_persist_extend(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     deadline = clock.now() + timedelta(hours=3)
 
@@ -429,7 +431,7 @@ async def test_persist_extend(store: SQLStore, clock: FakeClock) -> None:
 
 
 @pytest.mark.parametrize(("owner", "attempt"), [(OTHER, 1), (OWNER, 2), (OWNER, 0)])
-async def test_persist_guards_owner_and_attempt(store: SQLStore, clock: FakeClock, owner: str,
+async def test_persist_guards_owner_and_attempt(store: Store, clock: FakeClock, owner: str,
                                                 attempt: int) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     [row_id] = await store.inbox_insert_many(
@@ -447,7 +449,7 @@ async def test_persist_guards_owner_and_attempt(store: SQLStore, clock: FakeCloc
     assert [r.id for r in await store.inbox_pending_for_keys(["tok-j1.1"])] == [row_id]
 
 
-async def test_persist_applies_only_guarded_changes(store: SQLStore, clock: FakeClock) -> None:
+async def test_persist_applies_only_guarded_changes(store: Store, clock: FakeClock) -> None:
     jobs = await start(store, clock, make_job(clock, "mine"), make_job(clock, "stale"))
 
     applied = await store.persist_batch(
@@ -456,7 +458,7 @@ async def test_persist_applies_only_guarded_changes(store: SQLStore, clock: Fake
     assert (await get(store, "stale")).status is JobState.RUNNING
 
 
-async def test_persist_marks_inbox_rows_in_the_same_transaction(store: SQLStore,
+async def test_persist_marks_inbox_rows_in_the_same_transaction(store: Store,
                                                                 clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     applied_id, other_id = await store.inbox_insert_many(
@@ -470,7 +472,7 @@ async def test_persist_marks_inbox_rows_in_the_same_transaction(store: SQLStore,
     assert await store.inbox_pending_for_keys(["tok-j1.1", "nobody"]) == []
 
 
-async def test_persist_inbox_marks_alone(store: SQLStore, clock: FakeClock) -> None:
+async def test_persist_inbox_marks_alone(store: Store, clock: FakeClock) -> None:
     [row_id] = await store.inbox_insert_many([Response(correlation_key="k")], now=clock.now())
     assert row_id is not None
 
@@ -483,7 +485,7 @@ async def test_persist_inbox_marks_alone(store: SQLStore, clock: FakeClock) -> N
 # -- the response inbox ---------------------------------------------------------------
 
 
-async def test_inbox_insert_dedup_key_duplicate_is_none(store: SQLStore,
+async def test_inbox_insert_dedup_key_duplicate_is_none(store: Store,
                                                         clock: FakeClock) -> None:
     first = await store.inbox_insert_many(
         [Response(correlation_key="k", dedup_key="m-1"), Response(correlation_key="k")],
@@ -500,7 +502,7 @@ async def test_inbox_insert_dedup_key_duplicate_is_none(store: SQLStore,
     assert len(await store.inbox_pending_for_keys(["k"])) == 4
 
 
-async def test_inbox_insert_returns_ids_in_input_order(store: SQLStore,
+async def test_inbox_insert_returns_ids_in_input_order(store: Store,
                                                        clock: FakeClock) -> None:
     ids = await store.inbox_insert_many([Response(correlation_key=f"k{i}") for i in range(5)],
                                         now=clock.now())
@@ -509,7 +511,7 @@ async def test_inbox_insert_returns_ids_in_input_order(store: SQLStore,
         (i, f"k{n}") for n, i in enumerate(ids)]
 
 
-async def test_inbox_row_fields_round_trip(store: SQLStore, clock: FakeClock) -> None:
+async def test_inbox_row_fields_round_trip(store: Store, clock: FakeClock) -> None:
     response = Response(correlation_key="k", status="failed", attempt=2, retryable=False,
                         result={"r": [1, 2]}, error={"kind": "boom"}, extend_seconds=30.5,
                         source="kafka")
@@ -521,7 +523,7 @@ async def test_inbox_row_fields_round_trip(store: SQLStore, clock: FakeClock) ->
         row_id, "failed", 2, False, {"r": [1, 2]}, {"kind": "boom"}, 30.5, "kafka", clock.now())
 
 
-async def test_inbox_pending_for_keys(store: SQLStore, clock: FakeClock) -> None:
+async def test_inbox_pending_for_keys(store: Store, clock: FakeClock) -> None:
     ids = await store.inbox_insert_many(
         [Response(correlation_key=k) for k in ("b", "a", "c", "b")], now=clock.now())
     await store.inbox_mark_many([(ids[3], InboxOutcome.DUPLICATE)], now=clock.now())
@@ -531,7 +533,7 @@ async def test_inbox_pending_for_keys(store: SQLStore, clock: FakeClock) -> None
     assert await store.inbox_pending_for_keys([]) == []
 
 
-async def test_inbox_pending_scan(store: SQLStore, clock: FakeClock) -> None:
+async def test_inbox_pending_scan(store: Store, clock: FakeClock) -> None:
     ids: list[int | None] = []
     for key in ("a", "b", "c", "d", "e"):
         ids += await store.inbox_insert_many([Response(correlation_key=key)], now=clock.now())
@@ -548,7 +550,7 @@ async def test_inbox_pending_scan(store: SQLStore, clock: FakeClock) -> None:
 # -- ending queued jobs -----------------------------------------------------------------
 
 
-async def test_expired_sweep(store: SQLStore, clock: FakeClock) -> None:
+async def test_expired_sweep(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     await insert(store, make_job(clock, "gone", expires_at=t0 + timedelta(seconds=5)),
                  make_job(clock, "gone-too", queue="other", expires_at=t0),
@@ -568,7 +570,7 @@ async def test_expired_sweep(store: SQLStore, clock: FakeClock) -> None:
     assert (await get(store, "running")).status is JobState.RUNNING
 
 
-async def test_expired_sweep_is_bounded_oldest_first(store: SQLStore, clock: FakeClock) -> None:
+async def test_expired_sweep_is_bounded_oldest_first(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     await insert(store, *(make_job(clock, f"j{i}", expires_at=t0 - timedelta(seconds=i))
                           for i in range(5)))
@@ -578,7 +580,7 @@ async def test_expired_sweep_is_bounded_oldest_first(store: SQLStore, clock: Fak
     assert len(await store.job_expired_sweep(now=t0, limit=10)) == 3
 
 
-async def test_archive_queued_many(store: SQLStore, clock: FakeClock) -> None:
+async def test_archive_queued_many(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "a"), make_job(clock, "b"))
     await start(store, clock, make_job(clock, "running"))
     error = {"kind": "dropped"}
@@ -597,7 +599,7 @@ async def test_archive_queued_many(store: SQLStore, clock: FakeClock) -> None:
 # -- reading jobs -------------------------------------------------------------------------
 
 
-async def test_job_get_finds_hot_and_archived_jobs(store: SQLStore, clock: FakeClock) -> None:
+async def test_job_get_finds_hot_and_archived_jobs(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "hot"), make_job(clock, "cold"))
     await store.job_cancel_queued(queue=Q, job_id="cold", now=clock.now())
 
@@ -608,7 +610,7 @@ async def test_job_get_finds_hot_and_archived_jobs(store: SQLStore, clock: FakeC
     assert await store.job_get("other", "hot") is None
 
 
-async def test_job_list_archived_newest_first(store: SQLStore, clock: FakeClock) -> None:
+async def test_job_list_archived_newest_first(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "a"), make_job(clock, "b"),
                  make_job(clock, "c", queue="other"))
     for job_id, queue in (("a", Q), ("b", Q), ("c", "other")):
@@ -619,14 +621,14 @@ async def test_job_list_archived_newest_first(store: SQLStore, clock: FakeClock)
     assert await store.job_list_archived(status="failed") == []
 
 
-async def test_job_keys_lookup_finds_live_jobs(store: SQLStore, clock: FakeClock) -> None:
+async def test_job_keys_lookup_finds_live_jobs(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
 
     found = await store.job_keys_lookup(["tok-j1.1", "nope"])
     assert found == {"tok-j1.1": job}
 
 
-async def test_late_responses_are_recorded_on_the_history(store: SQLStore,
+async def test_late_responses_are_recorded_on_the_history(store: Store,
                                                           clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
@@ -642,7 +644,7 @@ async def test_late_responses_are_recorded_on_the_history(store: SQLStore,
     assert row.id == row_id
 
 
-async def test_reschedule_moves_only_queued_jobs(store: SQLStore, clock: FakeClock) -> None:
+async def test_reschedule_moves_only_queued_jobs(store: Store, clock: FakeClock) -> None:
     await start(store, clock, make_job(clock, "running"))
     await insert(store, make_job(clock, "a"), make_job(clock, "b"), make_job(clock, "c"))
     run_ats = {"a": clock.now() + timedelta(minutes=5), "b": clock.now() + timedelta(hours=2),
@@ -655,7 +657,7 @@ async def test_reschedule_moves_only_queued_jobs(store: SQLStore, clock: FakeClo
     assert (await get(store, "running")).run_at == clock.now()
 
 
-async def test_adopt_running_jobs(store: SQLStore, clock: FakeClock) -> None:
+async def test_adopt_running_jobs(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     await insert(store, make_job(clock, "queued"))
 
@@ -667,15 +669,90 @@ async def test_adopt_running_jobs(store: SQLStore, clock: FakeClock) -> None:
                                      now=clock.now()) == {(Q, "j1")}
 
 
-async def test_meta_get_or_set_keeps_the_first_value(store: SQLStore) -> None:
+async def test_meta_get_or_set_keeps_the_first_value(store: Store) -> None:
     assert await store.meta_get_or_set("instance", "one") == "one"
     assert await store.meta_get_or_set("instance", "two") == "one"
+
+
+# -- merging queues -----------------------------------------------------------------------
+
+
+def merging_job(clock: FakeClock, job_id: str, payload: str, *, key: str = "k",
+                body_hash: str | None = None) -> Job:
+    return make_job(clock, job_id, ordering_key=key, key_order_at=clock.now(),
+                    data={"payloads": [payload]}, body_hash=body_hash or f"hash-{job_id}")
+
+
+async def test_merge_appends_to_the_queued_job_of_the_key(store: Store, clock: FakeClock) -> None:
+    first = await store.job_merge(merging_job(clock, "m1", "a"))
+    assert first.status is InsertStatus.CREATED
+    second = await store.job_merge(merging_job(clock, "m2", "b"))
+
+    assert second.status is InsertStatus.CREATED
+    assert second.job is not None
+    assert (second.job.id, second.job.data["payloads"]) == ("m1", ["a", "b"])
+    assert (await get(store, "m1")).data["payloads"] == ["a", "b"]
+    assert (await get(store, "m2")).id == "m1"  # a merged id answers with its holder
+    other = await store.job_merge(merging_job(clock, "o1", "c", key="other"))
+    assert other.status is InsertStatus.CREATED
+    assert (await get(store, "o1")).data["payloads"] == ["c"]
+
+
+async def test_merge_is_idempotent_per_job_id(store: Store, clock: FakeClock) -> None:
+    await store.job_merge(merging_job(clock, "m1", "a"))
+    await store.job_merge(merging_job(clock, "m2", "b"))
+
+    again = await store.job_merge(merging_job(clock, "m2", "b"))
+    assert again.status is InsertStatus.EXISTS
+    assert again.job is not None
+    assert again.job.data["payloads"] == ["a", "b"]
+    changed = await store.job_merge(merging_job(clock, "m2", "x", body_hash="another"))
+    assert changed.status is InsertStatus.CONFLICT
+    assert (await store.job_merge(merging_job(clock, "m1", "a"))).status is InsertStatus.EXISTS
+    assert (await get(store, "m1")).data["payloads"] == ["a", "b"]
+
+
+async def test_merge_never_joins_a_launched_job(store: Store, clock: FakeClock) -> None:
+    await store.job_merge(merging_job(clock, "m1", "a"))
+    await store.job_mark_running_many(queue=Q, ids=["m1"], now=clock.now(), owner=OWNER,
+                                      heartbeat_seconds=None)
+
+    outcome = await store.job_merge(merging_job(clock, "m2", "b"))
+    assert outcome.status is InsertStatus.CREATED
+    assert outcome.job is not None
+    assert outcome.job.id == "m2"
+    assert (await get(store, "m1")).data["payloads"] == ["a"]
+
+
+# -- rate-limit launch events -------------------------------------------------------------
+
+
+async def test_claims_record_launch_events_of_their_rate_group(store: Store,
+                                                              clock: FakeClock) -> None:
+    t0 = clock.now()
+    await insert(store, *(make_job(clock, f"j{i}") for i in range(3)))
+    await store.job_mark_running_many(queue=Q, ids=["j0", "j1", "j2"], now=t0, owner=OWNER,
+                                      heartbeat_seconds=None,
+                                      rate_groups={"j0": "g1", "j1": "g2", "gone": "g1"})
+    t1 = clock.advance(10)
+    await insert(store, make_job(clock, "j3"))
+    await store.job_mark_running_many(queue=Q, ids=["j3"], now=t1, owner=OWNER,
+                                      heartbeat_seconds=None, rate_groups={"j3": "g1"})
+
+    recent = await store.launch_events_recent(queue=Q, since=t0 - timedelta(seconds=1))
+    assert {group: sorted(times) for group, times in recent.items()} == {
+        "g1": [t0, t1], "g2": [t0]}
+    assert await store.launch_events_recent(queue="other", since=t0 - timedelta(seconds=1)) == {}
+    assert await store.launch_events_recent(queue=Q, since=t0) == {"g1": [t1]}
+    # events at or before ``since`` were deleted by the previous call
+    assert await store.launch_events_recent(queue=Q, since=t0 - timedelta(seconds=1)) == {
+        "g1": [t1]}
 
 
 # -- leases -------------------------------------------------------------------------------
 
 
-async def test_lease_acquire(store: SQLStore, clock: FakeClock) -> None:
+async def test_lease_acquire(store: Store, clock: FakeClock) -> None:
     held = await store.lease_acquire_many(queues=["a", "b"], owner=OWNER, now=clock.now(),
                                           seconds=30)
     assert held == {"a", "b"}
@@ -684,7 +761,7 @@ async def test_lease_acquire(store: SQLStore, clock: FakeClock) -> None:
     assert taken == {"c"}
 
 
-async def test_lease_renewal_keeps_it(store: SQLStore, clock: FakeClock) -> None:
+async def test_lease_renewal_keeps_it(store: Store, clock: FakeClock) -> None:
     await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(), seconds=30)
     clock.advance(20)
     assert await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(),
@@ -694,7 +771,7 @@ async def test_lease_renewal_keeps_it(store: SQLStore, clock: FakeClock) -> None
                                           seconds=30) == set()
 
 
-async def test_lease_taken_over_after_expiry(store: SQLStore, clock: FakeClock) -> None:
+async def test_lease_taken_over_after_expiry(store: Store, clock: FakeClock) -> None:
     await store.lease_acquire_many(queues=["a"], owner=OWNER, now=clock.now(), seconds=30)
     clock.advance(31)
 
@@ -704,7 +781,7 @@ async def test_lease_taken_over_after_expiry(store: SQLStore, clock: FakeClock) 
                                           seconds=30) == set()
 
 
-async def test_lease_release_all(store: SQLStore, clock: FakeClock) -> None:
+async def test_lease_release_all(store: Store, clock: FakeClock) -> None:
     await store.lease_acquire_many(queues=["a", "b"], owner=OWNER, now=clock.now(), seconds=30)
 
     assert await store.lease_release_all(owner=OWNER) == 2
@@ -715,7 +792,7 @@ async def test_lease_release_all(store: SQLStore, clock: FakeClock) -> None:
 # -- stats and pruning ------------------------------------------------------------------
 
 
-async def test_queue_stats(store: SQLStore, clock: FakeClock) -> None:
+async def test_queue_stats(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     await store.queue_upsert(QueueConfig(id=Q, concurrency=10), now=t0)
     await store.queue_upsert(QueueConfig(id="idle", paused=True), now=t0)
@@ -735,7 +812,7 @@ async def test_queue_stats(store: SQLStore, clock: FakeClock) -> None:
             idle.oldest_due_age_seconds) == (True, 0, 0, 0, 0, None)
 
 
-async def test_archive_prune(store: SQLStore, clock: FakeClock) -> None:
+async def test_archive_prune(store: Store, clock: FakeClock) -> None:
     jobs = await start(store, clock, make_job(clock, "old-1"), make_job(clock, "old-2"),
                        make_job(clock, "new"))
     await store.persist_batch(changes=[archive(j) for j in jobs[:2]], owner=OWNER,
@@ -754,12 +831,27 @@ async def test_archive_prune(store: SQLStore, clock: FakeClock) -> None:
     assert len(await store.job_attempts(Q, "new")) == 1
 
 
+async def test_inbox_counts_by_outcome(store: Store, clock: FakeClock) -> None:
+    assert await store.inbox_counts() == {}
+    ids = await store.inbox_insert_many([Response(correlation_key=f"k{i}") for i in range(4)],
+                                        now=clock.now())
+    await store.inbox_mark_many([(ids[0], InboxOutcome.STALE), (ids[1], InboxOutcome.LATE)],
+                                now=clock.now())
+    await store.inbox_mark_many([(ids[0], InboxOutcome.APPLIED)], now=clock.now())
+
+    assert await store.inbox_counts() == {"pending": 2, "stale": 1, "late": 1}
+
+
+async def test_ping(store: Store) -> None:
+    await store.ping()
+
+
 # -- PostgreSQL row locks ------------------------------------------------------------------
 
 
-async def test_concurrent_claims_never_share_a_job(store: SQLStore, clock: FakeClock) -> None:
-    if not store.is_postgres:
-        pytest.skip("SQLite has no row locks")
+async def test_concurrent_claims_never_share_a_job(store: Store, clock: FakeClock) -> None:
+    if not store.supports_row_locks:
+        pytest.skip("a single writer: claims cannot race")
     ids = [f"j{i:03d}" for i in range(200)]
     await insert(store, *(make_job(clock, i) for i in ids))
     other = await open_store(store.engine.url.render_as_string(hide_password=False))
@@ -781,12 +873,12 @@ async def test_concurrent_claims_never_share_a_job(store: SQLStore, clock: FakeC
     assert {j.attempt for j in running} == {1}
 
 
-async def test_recovers_when_the_database_drops_its_connections(store: SQLStore,
+async def test_recovers_when_the_database_drops_its_connections(store: Store,
                                                                 clock: FakeClock) -> None:
     """A database restart kills every pooled connection: a transaction may fail once
     with TransientStoreError (its caller retries), then the store reconnects, also
     for statements sent straight to the driver."""
-    if not store.is_postgres:
+    if store.dialect != "postgresql":
         pytest.skip("SQLite has no server connections")
     import asyncpg
 
@@ -819,14 +911,14 @@ async def test_recovers_when_the_database_drops_its_connections(store: SQLStore,
 # -- maintenance ------------------------------------------------------------------------
 
 
-async def test_vacuum_clears_the_jobs_table_of_jobs_long_gone(store: SQLStore,
+async def test_vacuum_clears_the_jobs_table_of_jobs_long_gone(store: Store,
                                                               clock: FakeClock) -> None:
     """PostgreSQL vacuums the hot table on request (the reconcile loop asks every
     ``reconcile.vacuum_every`` jobs); SQLite has nothing to do and says so."""
     running = await start(store, clock, *(make_job(clock, f"v{i}") for i in range(50)))
     await store.persist_batch(changes=[archive(j) for j in running], owner=OWNER,
                               now=clock.now())
-    if not store.is_postgres:
+    if store.dialect != "postgresql":
         assert await store.jobs_vacuum() is False
         return
     import asyncpg

@@ -192,4 +192,4 @@ async def test_the_jobs_table_is_vacuumed_every_so_many_jobs(
         await respond(hipq, f"b{i}")
     await tick(reconciler)  # 4 finished
     # PostgreSQL vacuums again after 6 more; SQLite said there is nothing to do
-    assert len(calls) == (2 if store.is_postgres else 1)
+    assert len(calls) == (2 if store.dialect == "postgresql" else 1)

@@ -1,0 +1,274 @@
+"""The storage contract: what the engine, the service, the API and the Kafka
+consumer may ask of a database, whatever the database.
+
+One driver per database implements :class:`Store` (:mod:`hipq.store.sqlite`,
+:mod:`hipq.store.postgres`, both on :mod:`hipq.store.common`), and
+:func:`hipq.store.open_store` picks one by URL. ``tests/contract`` runs every test
+against both drivers.
+
+Guarantees common to every method:
+
+* Each call is atomic: one transaction (or one statement), so a crash keeps all of
+  its writes or none. Batch methods are named ``*_many``.
+* Times are taken from the arguments (``now``), never from the database clock.
+* Updates of running jobs are guarded in the statement (status, attempt, owner):
+  a repeat, or a race with another owner, changes nothing, and what a method
+  returns is what it changed.
+* Driver errors are translated: :class:`~hipq.errors.TransientStoreError` when the
+  database is unreachable (retry later; the connection pool starts over), other
+  :class:`~hipq.errors.StoreError` subclasses for what retrying will not fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from hipq.config import QueueConfig
+from hipq.jobs import Attempt, Job, Ordering
+from hipq.store.records import (
+    Change,
+    InboxOutcome,
+    InboxRow,
+    InsertOutcome,
+    QueueRecord,
+    QueueStats,
+    Response,
+)
+
+
+class Store(Protocol):
+    """A durable store of queues, jobs, their history and the response inbox."""
+
+    @property
+    def dialect(self) -> str:
+        """The database's name: ``"postgresql"`` or ``"sqlite"``."""
+
+    @property
+    def supports_row_locks(self) -> bool:
+        """Whether concurrent claims are arbitrated by row locks (``SKIP LOCKED``);
+        without them the database has a single writer and claims are serialized."""
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close every pooled connection; the store is unusable afterwards."""
+
+    async def ping(self) -> None:
+        """Round-trip to the database. Raises TransientStoreError if unreachable."""
+
+    async def migrate(self) -> int:
+        """Create or upgrade the schema; idempotent. Returns the schema version.
+
+        Raises:
+            SchemaError: the database has a newer schema than this hipq.
+        """
+
+    async def check_schema(self) -> None:
+        """Raises :class:`~hipq.errors.SchemaError` unless the database is migrated
+        to exactly this version (an unreadable version counts as not migrated)."""
+
+    async def meta_get_or_set(self, key: str, value: str) -> str:
+        """The stored value of ``key``, storing ``value`` first if absent: the first
+        writer wins, every later caller (any process) gets its value."""
+
+    # -- queues ------------------------------------------------------------------------
+
+    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
+        """Create or replace a queue's settings (``created_at`` is kept on replace).
+        Returns True if it was created."""
+
+    async def queue_get(self, queue_id: str) -> QueueRecord | None:
+        """The queue, or None."""
+
+    async def queue_list(self) -> list[QueueRecord]:
+        """Every queue, sorted by id. Called every tick: a queue's settings are
+        re-validated only when its stored row changed."""
+
+    async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
+        """Pause or resume a queue. Returns False if there is no such queue."""
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    async def job_insert_many(self, new_jobs: Sequence[Job]) -> list[InsertOutcome]:
+        """Insert queued jobs, idempotently per (queue, id); one outcome per input,
+        in input order.
+
+        A job whose (queue, id) exists, live or archived, is ``exists`` (with the
+        stored job) when its ``body_hash`` matches and ``conflict`` otherwise; a
+        fixed correlation key already used by a live job is a ``conflict`` too. A
+        (queue, id) repeated within the call is judged against what its first
+        occurrence left stored. Chunks of the batch are written atomically each.
+        """
+
+    async def job_merge(self, job: Job) -> InsertOutcome:
+        """Enqueue into a merging queue: append ``job.data["payloads"]`` to the
+        still-queued, never-launched job of the same ordering key (its newest), or
+        insert ``job`` if there is none. Idempotent per job id: a merged id is
+        remembered, and repeating it answers ``exists`` (same body) or
+        ``conflict`` with the job that holds it."""
+
+    # -- reading jobs --------------------------------------------------------------------
+
+    async def job_get(self, queue: str, job_id: str) -> Job | None:
+        """The job wherever it is: the hot table, else the archive; a job merged into
+        another answers with the job that holds it."""
+
+    async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
+        """The job's recorded tries (including late responses), by attempt."""
+
+    async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
+                                limit: int = 100,
+                                after: tuple[datetime, str, str] | None = None) -> list[Job]:
+        """Archived jobs, newest first by (finished_at, queue, id); ``after`` is the
+        last key of the previous page (keyset pagination: no gaps, no repeats)."""
+
+    async def job_load_running(self, *, queue: str) -> list[Job]:
+        """The running jobs of a queue, whoever owns them: what a new owner adopts."""
+
+    async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
+        """Live jobs by correlation key (for responses not matched in memory);
+        unknown keys are absent."""
+
+    # -- the reconcile loop ------------------------------------------------------------
+
+    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
+                            ordering: Ordering, critical_only: bool = False,
+                            group: str | None = None,
+                            default_group_excluding: Sequence[str] | None = None,
+                            key_mode: str = "strict") -> list[Job]:
+        """At most ``limit`` queued jobs of ``queue`` with ``run_at <= now``, in the
+        queue's ``ordering`` (time then priority when ``critical_only``), without
+        locking them.
+
+        ``group`` keeps one quota group; ``default_group_excluding`` keeps the jobs
+        in none of the listed groups. A job with an ordering key is due only if it
+        heads its key: no job of the key runs and none queued comes before it
+        (``key_mode="relaxed_on_retry"``: a job waiting for its retry does not hold
+        the later ones back).
+        """
+
+    async def launch_events_recent(self, *, queue: str,
+                                   since: datetime) -> dict[str, list[datetime]]:
+        """Launch times after ``since`` per rate group (recorded by
+        :meth:`job_mark_running_many`); older events are deleted."""
+
+    async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
+                                    owner: str, heartbeat_seconds: float | None,
+                                    rate_groups: Mapping[str, str] | None = None,
+                                    known: Mapping[str, Job] | None = None) -> list[Job]:
+        """Step 4: claim jobs as running in one atomic step; returns the claimed
+        jobs as now stored, in the order of ``ids``.
+
+        Only jobs of ``queue`` still ``queued`` are claimed (a cancel in between
+        wins); a job another process is claiming at the same time is skipped, never
+        claimed twice. Each claimed job gets attempt + 1, ``launched_at = now``, a
+        deadline of ``now`` plus its timeout (or ``heartbeat_seconds`` if shorter),
+        ``owner``, an unconfirmed launch and, unless its key is fixed, the
+        correlation key ``token.attempt``. For a claimed id in ``rate_groups`` a
+        launch event of its group is recorded in the same transaction. ``known``
+        holds the jobs as fetched (by id): a driver may build the answer from them
+        instead of reading the rows back.
+        """
+
+    async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
+                                      owner: str) -> int:
+        """Record that these launches (queue, id, attempt) reached their target;
+        only jobs running under ``owner`` at that attempt. Returns how many."""
+
+    async def persist_batch(self, *, changes: Sequence[Change], owner: str, now: datetime,
+                            inbox: Sequence[tuple[int, InboxOutcome]] = ()
+                            ) -> set[tuple[str, str]]:
+        """Step 3: persist the batch's changes and inbox outcomes in one transaction.
+
+        A change applies only if its job still runs under ``owner`` at the change's
+        attempt. ARCHIVE moves the job to the archive with its status, result and
+        error; REQUEUE puts it back to queued at ``run_at`` (with new data if
+        given; the correlation key cleared unless fixed); EXTEND moves its
+        deadline. ARCHIVE and REQUEUE record the try. The responses of a change
+        (``inbox_ids``) are marked applied only if it applied; ``inbox`` rows are
+        marked with their outcome unconditionally (if still unapplied). Returns the
+        (queue, id) of the changes that applied.
+        """
+
+    async def jobs_vacuum(self) -> bool:
+        """Reclaim the space of jobs long gone from the hot table, if the database
+        needs it. True if done; False where there is nothing to do or it is not
+        allowed (the caller stops asking)."""
+
+    async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,
+                             now: datetime) -> int:
+        """Make ``owner`` the owner of these running jobs (after a lease takeover).
+        Returns how many."""
+
+    async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
+                                  now: datetime) -> int:
+        """Move queued jobs to a new ``run_at`` (a throttler's reschedule); jobs no
+        longer queued are left alone. Returns how many moved."""
+
+    async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
+                                      now: datetime) -> list[Job]:
+        """End queued jobs without a launch: id -> (terminal status, error). Jobs no
+        longer queued are left alone. Returns the archived jobs."""
+
+    async def job_expired_sweep(self, *, now: datetime, limit: int) -> list[Job]:
+        """Archive as ``expired`` at most ``limit`` queued jobs whose ``expires_at``
+        passed, earliest first, in any queue. Returns what it archived."""
+
+    async def job_cancel_queued(self, *, queue: str, job_id: str, now: datetime) -> Job | None:
+        """Archive a queued job as ``cancelled``; None if it is not queued."""
+
+    # -- the response inbox --------------------------------------------------------------
+
+    async def inbox_insert_many(self, responses: Sequence[Response], *,
+                                now: datetime) -> list[int | None]:
+        """Write responses durably, received at ``now``. Returns each row id in input
+        order, or None for a duplicate ``dedup_key`` (already in the inbox, or
+        earlier in the call)."""
+
+    async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
+        """Unapplied responses for these correlation keys, oldest (lowest id) first."""
+
+    async def inbox_pending_scan(self, *, after_id: int, before: datetime,
+                                 limit: int) -> list[InboxRow]:
+        """Unapplied responses with id > ``after_id`` received before ``before``, by
+        id, at most ``limit``: one page of the sweep."""
+
+    async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
+                              now: datetime) -> None:
+        """Mark inbox rows with their outcome; rows already marked keep theirs."""
+
+    async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(queue, job id) by correlation key of past tries and archived jobs: the
+        history of late responses. Unknown keys are absent."""
+
+    async def attempt_record_late_many(self, rows: Sequence[tuple[str, str, InboxRow]], *,
+                                       now: datetime) -> None:
+        """Record (queue, job id, response) of responses that came after their try
+        ended, as ``late_response`` tries; a response without an attempt number is
+        recorded on the latest try that had its key."""
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def lease_acquire_many(self, *, queues: Sequence[str], owner: str, now: datetime,
+                                 seconds: float) -> set[str]:
+        """Acquire or renew leases until ``now + seconds``; returns the queues
+        ``owner`` holds now. A lease of another owner is taken only once expired;
+        a renewal keeps ``acquired_at``."""
+
+    async def lease_release_all(self, *, owner: str) -> int:
+        """Drop every lease of ``owner``. Returns how many."""
+
+    # -- stats and housekeeping --------------------------------------------------------
+
+    async def queue_stats(self, *, now: datetime) -> list[QueueStats]:
+        """Counts per queue (every queue, sorted by id), as of ``now``."""
+
+    async def inbox_counts(self) -> dict[str, int]:
+        """Responses in the inbox by outcome (``pending`` for those not yet marked)."""
+
+    async def archive_prune(self, *, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` archived jobs finished before ``before``, oldest
+        first, with their tries, and the inbox rows applied before ``before``.
+        Returns how many jobs."""

@@ -1,0 +1,549 @@
+"""What both drivers run the same way: SQLAlchemy Core statements over one engine.
+
+:class:`SQLAlchemyStore` implements the part of the :class:`~hipq.store.base.Store`
+protocol whose statements are identical on PostgreSQL and SQLite (queues, leases,
+reads, housekeeping), and leaves the hot paths of the reconcile loop and enqueue
+to its subclasses (:mod:`hipq.store.sqlite`, :mod:`hipq.store.postgres`). The few
+dialect differences in the shared statements are class attributes (the INSERT
+constructor for upserts, whether rows can be locked), chosen by the subclass.
+
+Every method is one short transaction; batch methods are named ``*_many``. Updates
+of running jobs are guarded in their ``WHERE`` (status, attempt, owner) so a
+repeat or a race changes nothing. Driver exceptions are translated to
+:mod:`hipq.errors` at this boundary (:meth:`SQLAlchemyStore._translated`).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hipq.config import QueueConfig
+from hipq.errors import SchemaError, TransientStoreError
+from hipq.jobs import Attempt, Job, JobState, Ordering
+from hipq.store import schema as s
+from hipq.store.due import DueShape
+from hipq.store.records import (
+    InboxRow,
+    InsertOutcome,
+    InsertStatus,
+    QueueRecord,
+    QueueStats,
+)
+from hipq.store.rows import (
+    CACHE_SIZE,
+    INSERT_CHUNK,
+    chunks,
+    inbox_row,
+    insert_outcome,
+    job_from_row,
+    job_values,
+    queue_record,
+    repeat_outcome,
+)
+
+log = logging.getLogger(__name__)
+
+JobKey = tuple[str, str]  # (queue, id)
+
+
+class SQLAlchemyStore(abc.ABC):
+    """The shared half of a SQL driver; see the module docstring."""
+
+    dialect: ClassVar[str]  # "postgresql" or "sqlite"
+    supports_row_locks: ClassVar[bool]  # SELECT ... FOR UPDATE (else: a single writer)
+    _insert_into: ClassVar[Callable[[sa.Table], Any]]  # the dialect's ``insert``
+    # driver errors that mean "the database is unreachable: try again"
+    _transient: ClassVar[tuple[type[BaseException], ...]] = (OperationalError, OSError,
+                                                             ConnectionError)
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._queues: dict[str, tuple[tuple[Any, ...], QueueRecord]] = {}
+
+    # -- connections and errors ----------------------------------------------------
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncConnection]:
+        async with self._translated(), self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _translated(self) -> AsyncIterator[None]:
+        """Driver errors become :mod:`hipq.errors` at this boundary."""
+        try:
+            yield
+        except self._transient as exc:
+            await self._drop_pool()
+            raise TransientStoreError(f"database unavailable: {exc}") from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise TransientStoreError(f"database connection lost: {exc}") from exc
+            raise
+
+    async def _drop_pool(self) -> None:
+        """After a connection error outside SQLAlchemy's sight (statements sent
+        straight to the driver): the pooled connections may all be dead (a database
+        restart), so start over with a new pool rather than fail once per connection."""
+        try:
+            await self.engine.dispose(close=False)
+        except Exception:
+            log.debug("could not reset the connection pool", exc_info=True)
+
+    def _insert(self, table: sa.Table) -> Any:
+        """An INSERT into ``table`` in the dialect's construct, which has ON CONFLICT."""
+        return type(self)._insert_into(table)
+
+    def _locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        """``stmt`` locking the rows it reads, where the database locks rows."""
+        return stmt.with_for_update() if self.supports_row_locks else stmt
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def ping(self) -> None:
+        async with self._tx() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+
+    async def migrate(self) -> int:
+        async with self._tx() as conn:
+            current = await self._version(conn)
+            if current is not None and current > s.SCHEMA_VERSION:
+                raise SchemaError(f"database schema version {current} is newer than this "
+                                  f"hipq ({s.SCHEMA_VERSION}); upgrade hipq")
+            await conn.run_sync(s.metadata.create_all)
+            for version in sorted(s.UPGRADES):
+                if current is not None and current < version:
+                    for statement in s.UPGRADES[version]:
+                        await conn.exec_driver_sql(statement)
+            stmt = self._insert(s.meta).values(key="schema_version",
+                                               value=str(s.SCHEMA_VERSION))
+            await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["key"], set_={"value": str(s.SCHEMA_VERSION)}))
+        return s.SCHEMA_VERSION
+
+    async def check_schema(self) -> None:
+        try:
+            async with self._tx() as conn:
+                version = await self._version(conn)
+        except DBAPIError:
+            version = None
+        if version != s.SCHEMA_VERSION:
+            raise SchemaError(f"database schema is at version {version}, expected "
+                              f"{s.SCHEMA_VERSION}: run 'hipq migrate'")
+
+    @staticmethod
+    async def _version(conn: AsyncConnection) -> int | None:
+        has_meta = await conn.run_sync(lambda c: sa.inspect(c).has_table("hipq_meta"))
+        if not has_meta:
+            return None
+        value = await conn.scalar(sa.select(s.meta.c.value).where(
+            s.meta.c.key == "schema_version"))
+        return int(value) if value is not None else None
+
+    async def meta_get_or_set(self, key: str, value: str) -> str:
+        async with self._tx() as conn:
+            await conn.execute(self._insert(s.meta).values(key=key, value=value)
+                               .on_conflict_do_nothing(index_elements=["key"]))
+            stored = await conn.scalar(sa.select(s.meta.c.value).where(s.meta.c.key == key))
+        return str(stored)
+
+    # -- queues ----------------------------------------------------------------------
+
+    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
+        body = config.model_dump(mode="json", exclude_none=True)
+        async with self._tx() as conn:
+            existed = await conn.scalar(sa.select(sa.func.count()).select_from(s.queues)
+                                        .where(s.queues.c.id == config.id))
+            stmt = self._insert(s.queues).values(id=config.id, config=body, paused=config.paused,
+                                                 created_at=now, updated_at=now)
+            await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["id"],
+                set_={"config": body, "paused": config.paused, "updated_at": now}))
+        return not existed
+
+    async def queue_get(self, queue_id: str) -> QueueRecord | None:
+        async with self._tx() as conn:
+            row = (await conn.execute(sa.select(s.queues).where(s.queues.c.id == queue_id))).first()
+        return None if row is None else queue_record(row._mapping)
+
+    async def queue_list(self) -> list[QueueRecord]:
+        return [self._queue_cached(row) for row in await self._queue_rows()]
+
+    async def _queue_rows(self) -> Sequence[Any]:
+        """Every row of ``queues`` by id (a driver may read it faster)."""
+        async with self._tx() as conn:
+            return [r._mapping for r in await conn.execute(
+                sa.select(s.queues).order_by(s.queues.c.id))]
+
+    def _queue_cached(self, row: Any) -> QueueRecord:
+        """The record of a queue row, re-validated only when the row changed."""
+        version = (row["config"], row["paused"], row["updated_at"])
+        cached = self._queues.get(row["id"])
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        record = queue_record(row)
+        if len(self._queues) >= CACHE_SIZE:
+            self._queues.clear()
+        self._queues[row["id"]] = (version, record)
+        return record
+
+    async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
+        async with self._tx() as conn:
+            result = await conn.execute(s.queues.update().where(s.queues.c.id == queue_id)
+                                        .values(paused=paused, updated_at=now))
+        return bool(result.rowcount)
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    async def job_insert_many(self, new_jobs: Sequence[Job]) -> list[InsertOutcome]:
+        firsts: dict[JobKey, Job] = {}
+        for job in new_jobs:
+            firsts.setdefault(job.key, job)
+        outcomes = await self._insert_jobs(list(firsts.values()))
+        return [outcomes[job.key] if firsts[job.key] is job
+                else repeat_outcome(job, outcomes[job.key]) for job in new_jobs]
+
+    @abc.abstractmethod
+    async def _insert_jobs(self, jobs: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
+        """Insert jobs of distinct (queue, id); each one's outcome by its key."""
+
+    async def job_merge(self, job: Job) -> InsertOutcome:
+        t, m = s.jobs, s.merged_jobs
+        async with self._tx() as conn:
+            known = await self._merged_or_existing(conn, job)
+            if known is not None:
+                return known
+            row = (await conn.execute(self._locked(
+                sa.select(t).where(t.c.queue == job.queue, t.c.ordering_key == job.ordering_key,
+                                   t.c.status == s.QUEUED, t.c.attempt == 0)
+                .order_by(t.c.key_order_at.desc(), t.c.id.desc()).limit(1)))).first()
+            if row is not None:
+                host = job_from_row(row._mapping)
+                payloads = [*host.data.get("payloads", []), *job.data.get("payloads", [])]
+                merged = replace(host, data={**host.data, "payloads": payloads},
+                                 updated_at=job.created_at)
+                await conn.execute(t.update().where(t.c.queue == host.queue, t.c.id == host.id)
+                                   .values(data=merged.data, updated_at=merged.updated_at))
+                await conn.execute(m.insert().values(queue=job.queue, id=job.id, into_id=host.id,
+                                                     body_hash=job.body_hash,
+                                                     created_at=job.created_at))
+                return InsertOutcome(id=job.id, status=InsertStatus.CREATED, job=merged)
+        (outcome,) = await self.job_insert_many([job])
+        return outcome
+
+    async def _merged_or_existing(self, conn: AsyncConnection, job: Job) -> InsertOutcome | None:
+        """A repeat of ``job``: already merged into another job, or stored itself."""
+        m = s.merged_jobs
+        row = (await conn.execute(sa.select(m).where(m.c.queue == job.queue,
+                                                     m.c.id == job.id))).first()
+        if row is not None:
+            host = await stored_jobs(conn, s.jobs, [(job.queue, row.into_id)])
+            host = host or await stored_jobs(conn, s.archived_jobs, [(job.queue, row.into_id)])
+            status = (InsertStatus.EXISTS if row.body_hash == job.body_hash
+                      else InsertStatus.CONFLICT)
+            return InsertOutcome(id=job.id, status=status, job=next(iter(host.values()), None),
+                                 error=None if status is InsertStatus.EXISTS else
+                                 f"job {job.id!r} was already merged with a different body")
+        found: dict[JobKey, Job] = {}
+        for table in (s.jobs, s.archived_jobs):
+            found.update(await stored_jobs(conn, table, [job.key]))
+        return insert_outcome(job, set(), found) if job.key in found else None
+
+    # -- reading jobs ------------------------------------------------------------------
+
+    async def job_get(self, queue: str, job_id: str) -> Job | None:
+        async with self._tx() as conn:
+            for target in (job_id, await conn.scalar(sa.select(s.merged_jobs.c.into_id).where(
+                    s.merged_jobs.c.queue == queue, s.merged_jobs.c.id == job_id))):
+                if target is None:
+                    continue
+                for table in (s.jobs, s.archived_jobs):
+                    row = (await conn.execute(sa.select(table).where(
+                        table.c.queue == queue, table.c.id == target))).first()
+                    if row is not None:
+                        return job_from_row(row._mapping)
+        return None
+
+    async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
+        t = s.job_attempts
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(t.c.queue == queue, t.c.job_id == job_id)
+                                      .order_by(t.c.attempt, t.c.id))
+            return [Attempt(attempt=r.attempt, launched_at=r.launched_at,
+                            finished_at=r.finished_at, outcome=r.outcome, error=r.error,
+                            response=r.response) for r in rows]
+
+    async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
+                                limit: int = 100,
+                                after: tuple[datetime, str, str] | None = None) -> list[Job]:
+        t = s.archived_jobs
+        stmt = sa.select(t).order_by(t.c.finished_at.desc(), t.c.queue.desc(),
+                                     t.c.id.desc()).limit(limit)
+        if after is not None:
+            stmt = stmt.where(sa.tuple_(t.c.finished_at, t.c.queue, t.c.id) < sa.tuple_(
+                sa.literal(after[0], s.UTCDateTime), sa.literal(after[1]), sa.literal(after[2])))
+        if queue:
+            stmt = stmt.where(t.c.queue == queue)
+        if status:
+            stmt = stmt.where(t.c.status == status)
+        async with self._tx() as conn:
+            return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
+
+    async def job_load_running(self, *, queue: str) -> list[Job]:
+        t = s.jobs
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(t.c.queue == queue,
+                                                         t.c.status == s.RUNNING))
+            return [job_from_row(r._mapping) for r in rows]
+
+    # -- the reconcile loop ---------------------------------------------------------------
+    # Each driver implements the hot paths itself: job_mark_running_many,
+    # job_confirm_launch_many, persist_batch, inbox_insert_many, inbox_mark_many,
+    # inbox_pending_for_keys and job_keys_lookup (the factory's return type checks
+    # that a driver is a whole Store).
+
+    async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
+                            ordering: Ordering, critical_only: bool = False,
+                            group: str | None = None,
+                            default_group_excluding: Sequence[str] | None = None,
+                            key_mode: str = "strict") -> list[Job]:
+        excluding = None if default_group_excluding is None else tuple(default_group_excluding)
+        return await self._fetch_due(DueShape(
+            queue=queue, ordering=ordering, critical_only=critical_only, group=group,
+            default_group_excluding=excluding, key_mode=key_mode), now=now, limit=limit)
+
+    @abc.abstractmethod
+    async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
+        """The due jobs of :func:`~hipq.store.due.due_query`."""
+
+    async def jobs_vacuum(self) -> bool:
+        return False  # nothing to do unless the driver says otherwise
+
+    async def launch_events_recent(self, *, queue: str, since: datetime) -> dict[str,
+                                                                                  list[datetime]]:
+        e = s.launch_events
+        async with self._tx() as conn:
+            await conn.execute(e.delete().where(e.c.queue == queue, e.c.launched_at <= since))
+            rows = await conn.execute(sa.select(e.c.group_key, e.c.launched_at)
+                                      .where(e.c.queue == queue, e.c.launched_at > since))
+            out: dict[str, list[datetime]] = {}
+            for row in rows:
+                out.setdefault(row.group_key, []).append(row.launched_at)
+        return out
+
+    # -- queued and adopted jobs ---------------------------------------------------------
+
+    async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,
+                             now: datetime) -> int:
+        if not ids:
+            return 0
+        t = s.jobs
+        async with self._tx() as conn:
+            result = await conn.execute(t.update().where(
+                t.c.queue == queue, t.c.id.in_(list(ids)), t.c.status == s.RUNNING)
+                .values(owner=owner, updated_at=now))
+        return int(result.rowcount)
+
+    async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
+                                  now: datetime) -> int:
+        if not run_ats:
+            return 0
+        t = s.jobs
+        moved = 0
+        # One statement per chunk, not executemany: asyncpg reports no rowcount for that.
+        async with self._tx() as conn:
+            for chunk in chunks(list(run_ats.items()), INSERT_CHUNK):
+                run_at = sa.case(*((t.c.id == i, sa.literal(at, s.UTCDateTime))
+                                   for i, at in chunk), else_=t.c.run_at)
+                result = await conn.execute(t.update().where(
+                    t.c.queue == queue, t.c.id.in_([i for i, _ in chunk]),
+                    t.c.status == s.QUEUED).values(run_at=run_at, updated_at=now))
+                moved += int(result.rowcount)
+        return moved
+
+    async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
+                                      now: datetime) -> list[Job]:
+        if not ends:
+            return []
+        t = s.jobs
+        async with self._tx() as conn:
+            rows = (await conn.execute(t.delete().where(
+                t.c.queue == queue, t.c.id.in_(list(ends)), t.c.status == s.QUEUED)
+                .returning(*t.columns))).all()
+            archived = [job_from_row(r._mapping).evolve(
+                status=JobState(ends[r.id][0]), error=ends[r.id][1], updated_at=now,
+                finished_at=now) for r in rows]
+            await self._archive_insert(conn, archived)
+        return archived
+
+    async def job_expired_sweep(self, *, now: datetime, limit: int) -> list[Job]:
+        t = s.jobs
+        async with self._tx() as conn:
+            keys = (await conn.execute(sa.select(t.c.queue, t.c.id).where(
+                t.c.status == s.QUEUED, t.c.expires_at.is_not(None), t.c.expires_at <= now)
+                .order_by(t.c.expires_at).limit(limit))).all()
+            if not keys:
+                return []
+            rows = (await conn.execute(t.delete().where(
+                sa.tuple_(t.c.queue, t.c.id).in_([tuple(k) for k in keys]),
+                t.c.status == s.QUEUED).returning(*t.columns))).all()
+            error = {"kind": "expired", "detail": "expires_at passed before launch"}
+            archived = [job_from_row(r._mapping).evolve(status=JobState.EXPIRED, error=error,
+                                                        updated_at=now, finished_at=now)
+                        for r in rows]
+            await self._archive_insert(conn, archived)
+        return archived
+
+    async def job_cancel_queued(self, *, queue: str, job_id: str, now: datetime) -> Job | None:
+        ended = await self.job_archive_queued_many(
+            queue=queue, ends={job_id: (JobState.CANCELLED.value,
+                                        {"kind": "cancelled", "detail": "cancelled by a user"})},
+            now=now)
+        return ended[0] if ended else None
+
+    async def _archive_insert(self, conn: AsyncConnection, archived: Sequence[Job]) -> None:
+        if not archived:
+            return
+        rows = [{**job_values(j), "finished_at": j.finished_at} for j in archived]
+        # executemany: SQLAlchemy compiles the statement once and batches the rows
+        # ("insertmanyvalues"), instead of compiling a new N-row VALUES every time.
+        await conn.execute(self._insert(s.archived_jobs).on_conflict_do_nothing(), rows)
+
+    # -- the response inbox and late responses -------------------------------------------
+
+    async def inbox_pending_scan(self, *, after_id: int, before: datetime,
+                                 limit: int) -> list[InboxRow]:
+        t = s.response_inbox
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t).where(
+                t.c.applied_at.is_(None), t.c.id > after_id, t.c.received_at < before)
+                .order_by(t.c.id).limit(limit))
+            return [inbox_row(r._mapping) for r in rows]
+
+    async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+        if not keys:
+            return {}
+        a, t = s.job_attempts, s.archived_jobs
+        async with self._tx() as conn:
+            found = {r.correlation_key: (r.queue, r.job_id) for r in await conn.execute(
+                sa.select(a.c.correlation_key, a.c.queue, a.c.job_id)
+                .where(a.c.correlation_key.in_(list(keys))))}
+            found.update({r.correlation_key: (r.queue, r.id) for r in await conn.execute(
+                sa.select(t.c.correlation_key, t.c.queue, t.c.id)
+                .where(t.c.correlation_key.in_(list(keys))))})
+        return found
+
+    async def attempt_record_late_many(self, rows: Sequence[tuple[str, str, InboxRow]], *,
+                                       now: datetime) -> None:
+        if not rows:
+            return
+        a = s.job_attempts
+        async with self._tx() as conn:
+            # A response without an attempt number belongs to the try that had its key.
+            tries = {r.correlation_key: r.attempt for r in await conn.execute(
+                sa.select(a.c.correlation_key, sa.func.max(a.c.attempt).label("attempt"))
+                .where(a.c.correlation_key.in_(list({r.correlation_key for _, _, r in rows})))
+                .group_by(a.c.correlation_key))}
+            values = [{"queue": q, "job_id": j,
+                       "attempt": r.attempt or tries.get(r.correlation_key) or 0,
+                       "correlation_key": r.correlation_key, "launched_at": None,
+                       "finished_at": now, "outcome": "late_response", "error": r.error,
+                       "response": {"status": r.status, "result": r.result}}
+                      for q, j, r in rows]
+            await conn.execute(a.insert(), values)
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def lease_acquire_many(self, *, queues: Sequence[str], owner: str, now: datetime,
+                                 seconds: float) -> set[str]:
+        if not queues:
+            return set()
+        t = s.leases
+        expires = now + timedelta(seconds=seconds)
+        insert = self._insert(t).values([{"queue": q, "owner": owner, "acquired_at": now,
+                                           "expires_at": expires} for q in queues])
+        stmt = insert.on_conflict_do_update(
+            index_elements=["queue"],
+            set_={"owner": insert.excluded.owner, "expires_at": insert.excluded.expires_at,
+                  "acquired_at": sa.case((t.c.owner == insert.excluded.owner, t.c.acquired_at),
+                                         else_=insert.excluded.acquired_at)},
+            where=sa.or_(t.c.owner == insert.excluded.owner, t.c.expires_at < now),
+        ).returning(t.c.queue)
+        async with self._tx() as conn:
+            return {r.queue for r in await conn.execute(stmt)}
+
+    async def lease_release_all(self, *, owner: str) -> int:
+        async with self._tx() as conn:
+            result = await conn.execute(s.leases.delete().where(s.leases.c.owner == owner))
+        return int(result.rowcount)
+
+    # -- stats and housekeeping ----------------------------------------------------------
+
+    async def queue_stats(self, *, now: datetime) -> list[QueueStats]:
+        t = s.jobs
+        queued = sa.func.sum(sa.case((t.c.status == s.QUEUED, 1), else_=0))
+        due = sa.func.sum(sa.case((sa.and_(t.c.status == s.QUEUED, t.c.run_at <= now), 1),
+                                  else_=0))
+        running = sa.func.sum(sa.case((t.c.status == s.RUNNING, 1), else_=0))
+        weight = sa.func.sum(sa.case((t.c.status == s.RUNNING, t.c.weight), else_=0))
+        oldest = sa.func.min(sa.case((sa.and_(t.c.status == s.QUEUED, t.c.run_at <= now),
+                                      t.c.run_at), else_=None))
+        stmt = sa.select(t.c.queue, queued, due, running, weight,
+                         sa.type_coerce(oldest, s.UTCDateTime)).group_by(t.c.queue)
+        async with self._tx() as conn:
+            counts = {r[0]: r for r in await conn.execute(stmt)}
+        out = []
+        for record in await self.queue_list():
+            c = counts.get(record.id)
+            oldest_at = c[5] if c is not None else None
+            out.append(QueueStats(
+                queue=record.id, paused=record.paused,
+                queued=int(c[1] or 0) if c else 0, due=int(c[2] or 0) if c else 0,
+                running=int(c[3] or 0) if c else 0, running_weight=int(c[4] or 0) if c else 0,
+                oldest_due_age_seconds=None if oldest_at is None
+                else max((now - oldest_at).total_seconds(), 0.0),
+                concurrency=record.config.concurrency))
+        return out
+
+    async def inbox_counts(self) -> dict[str, int]:
+        t = s.response_inbox
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t.c.outcome, sa.func.count())
+                                      .group_by(t.c.outcome))
+            return {str(r[0] or "pending"): int(r[1]) for r in rows}
+
+    async def archive_prune(self, *, before: datetime, limit: int) -> int:
+        t, a = s.archived_jobs, s.job_attempts
+        async with self._tx() as conn:
+            keys = [tuple(k) for k in await conn.execute(
+                sa.select(t.c.queue, t.c.id).where(t.c.finished_at < before)
+                .order_by(t.c.finished_at).limit(limit))]
+            if not keys:
+                return 0
+            await conn.execute(a.delete().where(sa.tuple_(a.c.queue, a.c.job_id).in_(keys)))
+            await conn.execute(t.delete().where(sa.tuple_(t.c.queue, t.c.id).in_(keys)))
+            await conn.execute(s.response_inbox.delete().where(
+                s.response_inbox.c.applied_at < before))
+        return len(keys)
+
+
+async def stored_jobs(conn: AsyncConnection, table: sa.Table,
+                      keys: Sequence[JobKey]) -> dict[JobKey, Job]:
+    """The jobs of ``table`` (``jobs`` or ``archived_jobs``) with these (queue, id)."""
+    if not keys:
+        return {}
+    rows = await conn.execute(sa.select(table).where(
+        sa.tuple_(table.c.queue, table.c.id).in_(keys)))
+    return {(r.queue, r.id): job_from_row(r._mapping) for r in rows}

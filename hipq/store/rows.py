@@ -1,0 +1,111 @@
+"""Rows to records and back, shared by both drivers: plain functions over mappings
+(an asyncpg record, or a SQLAlchemy row's ``_mapping``), no database access."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hipq.config import QueueConfig
+from hipq.jobs import Job, row_reader
+from hipq.store import schema as s
+from hipq.store.records import InboxRow, InsertOutcome, InsertStatus, QueueRecord
+
+JOB_COLUMNS = [c.name for c in s.jobs.columns]
+INSERT_CHUNK = 500  # rows per generic statement (stays under bind-parameter limits)
+CACHE_SIZE = 256  # entries kept by the stores' small caches (queues, compiled queries)
+
+
+def job_from_row(row: Any) -> Job:
+    """A Job from a row of ``jobs`` or ``archived_jobs``: a mapping (an asyncpg
+    record, or a SQLAlchemy row's ``_mapping``); the columns of jobs (and
+    archived_jobs: finished_at) are Job's fields."""
+    return row_reader(tuple(row.keys()))(tuple(row.values()))
+
+
+def jobs_from_rows(rows: Sequence[Any]) -> list[Job]:
+    """Jobs from rows of one result (one column list): the reader is built once."""
+    if not rows:
+        return []
+    read = row_reader(tuple(rows[0].keys()))
+    return [read(r) for r in rows]
+
+
+def job_values(job: Job) -> dict[str, Any]:
+    """A job's column values by column name, for an INSERT."""
+    return {name: getattr(job, name) for name in JOB_COLUMNS}
+
+
+def queue_record(row: Any) -> QueueRecord:
+    """A QueueRecord from a row of ``queues`` (a mapping)."""
+    config = QueueConfig.model_validate({**row["config"], "paused": row["paused"]})
+    return QueueRecord(config=config, paused=row["paused"], created_at=row["created_at"],
+                       updated_at=row["updated_at"])
+
+
+def inbox_row(r: Any) -> InboxRow:
+    """An InboxRow from a row of ``response_inbox`` (a mapping)."""
+    return InboxRow(id=r["id"], correlation_key=r["correlation_key"], attempt=r["attempt"],
+                    status=r["status"], retryable=r["retryable"], result=r["result"],
+                    error=r["error"], extend_seconds=r["extend_seconds"],
+                    source=r["source"], received_at=r["received_at"])
+
+
+def inbox_values(r: Any, received_at: Any) -> dict[str, Any]:
+    """The column values of a :class:`~hipq.store.records.Response` to insert."""
+    return {"correlation_key": r.correlation_key, "attempt": r.attempt, "status": r.status,
+            "retryable": r.retryable, "result": r.result, "error": r.error,
+            "extend_seconds": r.extend_seconds, "source": r.source,
+            "dedup_key": r.dedup_key, "received_at": received_at}
+
+
+def inbox_ids_in_order(responses: Sequence[Any],
+                       inserted: Iterable[Any]) -> list[int | None]:
+    """Each response's new inbox id, in input order, from the (id, dedup_key) rows
+    an INSERT returned: None for a duplicate ``dedup_key``, also one repeated
+    within the call. Rows without a key were numbered in input order."""
+    ids: dict[str | None, int] = {}
+    plain: list[int] = []
+    for r in inserted:
+        if r["dedup_key"] is None:
+            plain.append(r["id"])
+        else:
+            ids[r["dedup_key"]] = r["id"]
+    it = iter(sorted(plain))
+    return [next(it) if response.dedup_key is None else ids.pop(response.dedup_key, None)
+            for response in responses]
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def unique_jobs(jobs: Sequence[Job]) -> list[Job]:
+    """The last job of each (queue, id), in first-seen order."""
+    return list({job.key: job for job in jobs}.values())
+
+
+def insert_outcome(job: Job, inserted: set[tuple[str, str]],
+                   existing: Mapping[tuple[str, str], Job]) -> InsertOutcome:
+    """How an enqueued job fared: inserted, or judged against the job stored under
+    its (queue, id); neither means its fixed correlation key was in use."""
+    if job.key in inserted:
+        return InsertOutcome(id=job.id, status=InsertStatus.CREATED, job=job)
+    found = existing.get(job.key)
+    if found is None:
+        return InsertOutcome(id=job.id, status=InsertStatus.CONFLICT,
+                             error=f"correlation key {job.correlation_key!r} is in use "
+                                   "by another live job")
+    if found.body_hash == job.body_hash:
+        return InsertOutcome(id=job.id, status=InsertStatus.EXISTS, job=found)
+    return InsertOutcome(id=job.id, status=InsertStatus.CONFLICT, job=found,
+                         error=f"job {job.id!r} already exists in queue {job.queue!r} "
+                               "with a different body")
+
+
+def repeat_outcome(job: Job, first: InsertOutcome) -> InsertOutcome:
+    """A (queue, id) repeated in one call: judged against what its first occurrence
+    left stored, so an item is never reported created while another body is kept."""
+    stored = {} if first.job is None else {job.key: first.job}
+    return insert_outcome(job, set(), stored)
