@@ -9,6 +9,8 @@ it; ``extended`` says a heartbeat moved its deadline.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -37,7 +39,146 @@ class Entry:
     extended: bool = False
 
 
-Batch = dict[tuple[str, str], Entry]
+COMPACT_SLACK = 1024  # stale deadline items tolerated beyond twice the live entries
+
+
+class Batch(Mapping[tuple[str, str], Entry]):
+    """The running entries, indexed so a tick costs O(what changed), not O(running):
+    by (queue, id), by correlation key, per queue; deadlines in a heap; the entries
+    that ended or were extended in a set; the weight each queue's live entries use.
+
+    Read it as a mapping; change it only through its methods, which keep the
+    indexes in step.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], Entry] = {}
+        self._by_key: dict[str, Entry] = {}
+        self._queues: dict[str, dict[str, Entry]] = {}
+        self._weights: dict[tuple[str, bool], int] = {}  # (queue, critical) -> weight
+        self._deadlines: list[tuple[datetime, int, tuple[str, str], int]] = []
+        self._pushed = 0
+        self._dirty: set[tuple[str, str]] = set()
+
+    def __getitem__(self, key: tuple[str, str]) -> Entry:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- changes ------------------------------------------------------------------
+
+    def add(self, entry: Entry) -> None:
+        """A job claimed or adopted (an adopted one may have ended already)."""
+        job = entry.job
+        self.remove(job.key)
+        self._entries[job.key] = entry
+        self._queues.setdefault(job.queue, {})[job.id] = entry
+        if job.correlation_key:
+            self._by_key[job.correlation_key] = entry
+        if entry.outcome is None:
+            self._weigh(job, 1)
+            self._push(entry)
+        else:
+            self._dirty.add(job.key)
+
+    def end(self, entry: Entry, outcome: Outcome) -> None:
+        """The try ended in memory; step 3 persists it."""
+        if entry.outcome is None:
+            self._weigh(entry.job, -1)
+        entry.outcome = outcome
+        self._dirty.add(entry.job.key)
+
+    def extend(self, entry: Entry, deadline: datetime, inbox_id: int) -> None:
+        """A heartbeat moved the deadline; step 3 persists it."""
+        entry.deadline = deadline
+        entry.extended = True
+        entry.inbox_ids.append(inbox_id)
+        self._dirty.add(entry.job.key)
+        self._push(entry)
+
+    def settle(self, key: tuple[str, str], deadline: datetime | None) -> None:
+        """An extension was persisted: the entry waits on, with its new deadline."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.extended = False
+        entry.inbox_ids.clear()
+        entry.job = entry.job.evolve(deadline=deadline)
+        if entry.outcome is None:
+            self._dirty.discard(key)
+
+    def remove(self, key: tuple[str, str]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        job = entry.job
+        del self._queues[job.queue][job.id]
+        if job.correlation_key and self._by_key.get(job.correlation_key) is entry:
+            del self._by_key[job.correlation_key]
+        if entry.outcome is None:
+            self._weigh(job, -1)
+        self._dirty.discard(key)
+
+    def drop_queue(self, queue: str) -> None:
+        """The queue's lease was lost: its entries are another daemon's now."""
+        for job_id in list(self._queues.get(queue, {})):
+            self.remove((queue, job_id))
+
+    # -- reads --------------------------------------------------------------------
+
+    def by_key(self, correlation_key: str) -> Entry | None:
+        return self._by_key.get(correlation_key)
+
+    def has_key(self, correlation_key: str) -> bool:
+        return correlation_key in self._by_key
+
+    def running(self, queue: str) -> list[Job]:
+        """The queue's jobs that still hold capacity (no outcome yet)."""
+        return [e.job for e in self._queues.get(queue, {}).values() if e.outcome is None]
+
+    def running_weight(self, queue: str, *, critical: bool) -> int:
+        return self._weights.get((queue, critical), 0)
+
+    def changed(self) -> list[Entry]:
+        """Entries that ended or were extended since they were last persisted."""
+        return [self._entries[k] for k in self._dirty]
+
+    def overdue(self, now: datetime) -> list[Entry]:
+        """Live entries whose deadline is at or before ``now``."""
+        out = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, _, key, attempt = heapq.heappop(heap)
+            entry = self._entries.get(key)
+            if (entry is not None and entry.outcome is None and entry.job.attempt == attempt
+                    and entry.deadline == deadline):
+                out.append(entry)
+        return out
+
+    def _push(self, entry: Entry) -> None:
+        if entry.deadline is None:
+            return
+        self._pushed += 1
+        heapq.heappush(self._deadlines,
+                       (entry.deadline, self._pushed, entry.job.key, entry.job.attempt))
+        if len(self._deadlines) > 2 * len(self._entries) + COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the heap's items of entries gone or moved (amortised O(1) a push:
+        jobs end long before their deadlines, and each left an item behind)."""
+        self._deadlines = [(e.deadline, n, k, e.job.attempt)
+                           for n, (k, e) in enumerate(self._entries.items())
+                           if e.deadline is not None and e.outcome is None]
+        heapq.heapify(self._deadlines)
+
+    def _weigh(self, job: Job, sign: int) -> None:
+        slot = (job.queue, job.critical)
+        self._weights[slot] = self._weights.get(slot, 0) + sign * job.weight
 
 
 @dataclass(frozen=True, slots=True)

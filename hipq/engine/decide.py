@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,28 +52,42 @@ class Fetch:
     default_group_excluding: tuple[str, ...] | None = None
 
 
-def free_units(capacity: int | None, running: Iterable[Job], limit: int) -> int:
+def _free(capacity: int | None, used: int, limit: int) -> int:
     """Weight units still free (``limit`` when the capacity is unlimited)."""
     if capacity is None:
         return limit
-    used: int = sum(j.weight for j in running)
     return max(min(capacity - used, limit), 0)
 
 
-def plan_fetch(spec: QueueSpec, running: Sequence[Job], limit: int) -> list[Fetch]:
+@dataclass(frozen=True, slots=True)
+class Used:
+    """What a queue's running jobs hold: weight units (normal and critical pools),
+    and the jobs themselves, listed only where quotas need their groups."""
+
+    normal: int
+    critical: int
+    running: Callable[[], Sequence[Job]]
+
+    @classmethod
+    def of(cls, running: Sequence[Job]) -> Used:
+        return cls(normal=sum(j.weight for j in running if not j.critical),
+                   critical=sum(j.weight for j in running if j.critical),
+                   running=lambda: running)
+
+
+def plan_fetch(spec: QueueSpec, used: Used, limit: int) -> list[Fetch]:
     """Due candidates bounded by what could launch: free capacity (per quota group
     when the queue has quotas), plus critical jobs, plus the oldest due jobs when
     aging may promote them. Results are merged in this order."""
-    normal_free = free_units(spec.concurrency, (j for j in running if not j.critical), limit)
-    critical_free = free_units(spec.critical_concurrency, (j for j in running if j.critical),
-                               limit)
+    normal_free = _free(spec.concurrency, used.normal, limit)
+    critical_free = _free(spec.critical_concurrency, used.critical, limit)
     # with a per-group rate limit, the first jobs in order may all belong to groups
     # out of budget: look further so they do not hide the other groups
     wide = limit if spec.rate_limit is not None and spec.rate_limit.by else 0
     plan: list[Fetch] = []
     if normal_free > 0:
         if spec.quotas is not None and spec.concurrency is not None:
-            plan.extend(_group_fetches(spec, running, normal_free, wide))
+            plan.extend(_group_fetches(spec, used.running(), normal_free, wide))
         else:
             plan.append(Fetch(limit=max(normal_free, wide)))
         if spec.aging_seconds and spec.ordering is Ordering.PRIORITY_THEN_TIME:

@@ -32,29 +32,74 @@ log = logging.getLogger(__name__)
 
 SWEEP_LIMIT = 500  # pending rows classified per sweep
 SWEEP_GRACE = timedelta(seconds=1)  # a response this young may still find its try
+NEW_ROWS_PAGE = 2000  # new pending rows read per page in step 0
+LOOKBACK_IDS = 256  # ids below the cursor read again (rows committed out of id order)
+_FAR = timedelta(days=3650)
 
 
 class Inbox:
+    """Step 0's responses, in O(responses): the rows written since the last tick
+    (an id cursor over pending rows, whoever wrote them) and the pending rows of
+    fixed keys that just entered the batch (a response may come before its try is
+    marked running) are matched to entries through the batch's key index. The
+    sweep, once a second, is the safety net: it walks every pending row, applies
+    those the cursor missed, and classifies the rest."""
+
     def __init__(self, store: Store, *, buffer_seconds: float,
                  heartbeat_seconds: Callable[[str], float | None]) -> None:
         self.store = store
         self.buffer = timedelta(seconds=buffer_seconds)
         self.heartbeat_seconds = heartbeat_seconds  # queue -> its heartbeat timeout
         self._sweep_after = 0
+        self._cursor = 0
+        self._fresh: set[str] = set()
+
+    def watch(self, entry: Entry) -> None:
+        """An entry joined the batch; a response for a fixed key may be waiting."""
+        if entry.job.correlation_fixed and entry.job.correlation_key:
+            self._fresh.add(entry.job.correlation_key)
 
     async def apply(self, batch: Batch, now: datetime, counters: Counters) -> None:
-        """Step 0: apply the pending responses of the batch's tries."""
-        by_key = {e.job.correlation_key: e for e in batch.values() if e.job.correlation_key}
-        rows = await self.store.inbox_pending_for_keys(list(by_key))
+        """Step 0: apply the responses that arrived for the batch's tries."""
+        rows = await self._new_rows(now)
+        if self._fresh:
+            fresh, self._fresh = list(self._fresh), set()
+            rows.extend(await self.store.inbox_pending_for_keys(fresh))
+        await self._apply_rows(batch, rows, now, counters)
+
+    async def _new_rows(self, now: datetime) -> list[InboxRow]:
+        rows: list[InboxRow] = []
+        after = max(self._cursor - LOOKBACK_IDS, 0)
+        while True:
+            page = await self.store.inbox_pending_scan(after_id=after, before=now + _FAR,
+                                                       limit=NEW_ROWS_PAGE)
+            rows.extend(page)
+            if len(page) < NEW_ROWS_PAGE:
+                break
+            after = page[-1].id
+        if rows:
+            self._cursor = max(self._cursor, rows[-1].id)
+        return rows
+
+    async def _apply_rows(self, batch: Batch, rows: list[InboxRow], now: datetime,
+                          counters: Counters) -> list[InboxRow]:
+        """Apply the rows that match an entry; mark the stale, late and duplicate
+        ones; return the rows no entry claims."""
         marks: list[tuple[int, InboxOutcome]] = []
         late: list[tuple[str, str, InboxRow]] = []
+        unclaimed: list[InboxRow] = []
+        seen: set[int] = set()
         for row in rows:
-            entry = by_key[row.correlation_key]
-            if row.id in entry.inbox_ids:
-                continue  # applied in memory already; a failed persist left it pending
+            entry = batch.by_key(row.correlation_key)
+            if entry is None:
+                unclaimed.append(row)
+                continue
+            if row.id in seen or row.id in entry.inbox_ids:
+                continue  # read twice, or applied in memory and not persisted yet
+            seen.add(row.id)
             verdict = inbox_verdict(entry, row)
             if verdict is None:
-                self._apply(entry, row, now)
+                self._apply(batch, entry, row, now)
                 counters.add("responses_applied")
                 continue
             marks.append((row.id, verdict))
@@ -64,26 +109,25 @@ class Inbox:
             await self.store.attempt_record_late_many(late, now=now)
         if marks:
             await self.store.inbox_mark_many(marks, now=now)
+        return unclaimed
 
-    def _apply(self, entry: Entry, row: InboxRow, now: datetime) -> None:
-        entry.inbox_ids.append(row.id)
+    def _apply(self, batch: Batch, entry: Entry, row: InboxRow, now: datetime) -> None:
         if row.status == ResponseStatus.RUNNING:
-            entry.deadline = extended_deadline(
-                entry, row, self.heartbeat_seconds(entry.job.queue), now)
-            entry.extended = True
+            batch.extend(entry, extended_deadline(
+                entry, row, self.heartbeat_seconds(entry.job.queue), now), row.id)
         else:
-            entry.outcome = outcome_from_row(row)
+            entry.inbox_ids.append(row.id)
+            batch.end(entry, outcome_from_row(row))
 
-    async def sweep(self, batch: Batch, now: datetime) -> None:
-        """Classify pending responses that match nothing in the batch (one bounded
-        page per call, walking the pending rows by id)."""
+    async def sweep(self, batch: Batch, now: datetime, counters: Counters) -> None:
+        """Walk the pending rows (one bounded page per call): apply those an entry
+        claims, and classify the rest (late, or unmatched after the buffer time)."""
         rows = await self.store.inbox_pending_scan(after_id=self._sweep_after,
                                                    before=now - SWEEP_GRACE, limit=SWEEP_LIMIT)
         self._sweep_after = rows[-1].id if len(rows) == SWEEP_LIMIT else 0
         if not rows:
             return
-        in_batch = {e.job.correlation_key for e in batch.values()}
-        rows = [r for r in rows if r.correlation_key not in in_batch]
+        rows = await self._apply_rows(batch, rows, now, counters)
         if not rows:
             return
         keys = list({r.correlation_key for r in rows})

@@ -29,7 +29,8 @@ ended tries again).
 
 Invariants: a job is never re-run from memory (once it leaves ``running`` it is
 saved and dropped, and runs again only after being fetched); no transaction is
-held across network I/O; a tick costs O(batch), not O(backlog).
+held across network I/O; a tick costs O(what changed): the new batch, the responses
+that arrived, the deadlines that passed; never O(backlog), never O(running).
 
 Failure modes: a crash loses only the batch; the next owner adopts running jobs
 from the database. A database error aborts the tick; the next tick starts from
@@ -42,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hipq.clock import Clock
@@ -50,6 +51,7 @@ from hipq.config import ReconcileConfig, ResponsesConfig
 from hipq.engine.batch import Batch, Counters, Entry, ReconcileResult
 from hipq.engine.decide import (
     Fetch,
+    Used,
     change_for,
     drop_ends,
     outcome_from_launch,
@@ -99,7 +101,7 @@ class Reconciler:
         self.clock = clock
         self.owner = owner
         self.config = config or ReconcileConfig()
-        self.batch: Batch = {}
+        self.batch = Batch()
         self.runtimes = Runtimes(targets or Targets())
         self.leases = Leases(store, owner=owner, lease_seconds=self.config.lease_seconds)
         self.inbox = Inbox(store, buffer_seconds=(responses or ResponsesConfig()).buffer_seconds,
@@ -127,7 +129,7 @@ class Reconciler:
         self._mark_timeouts(now, counters)
         if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
             self._swept_at = now
-            await self.inbox.sweep(self.batch, now)
+            await self.inbox.sweep(self.batch, now, counters)
             counters.add("expired", len(await self.store.job_expired_sweep(
                 now=now, limit=EXPIRY_SWEEP_LIMIT)))
         await self._steps_1_to_5(queues, now, counters)
@@ -159,14 +161,17 @@ class Reconciler:
     async def _leases(self, queues: Mapping[str, QueueRecord], now: datetime,
                       counters: Counters) -> None:
         change = await self.leases.refresh(queues, now)
-        if change.lost:
-            lost = set(change.lost)
-            self.batch = {k: e for k, e in self.batch.items() if k[0] not in lost}
+        for queue in change.lost:
+            self.batch.drop_queue(queue)
         for queue in change.gained:
             entries = await adopt(self.store, queue=queue, owner=self.owner, now=now)
             for entry in entries:
-                self.batch[entry.job.key] = entry
+                self._add(entry)
             counters.add("adopted", len(entries))
+
+    def _add(self, entry: Entry) -> None:
+        self.batch.add(entry)
+        self.inbox.watch(entry)
 
     def _apply_launches(self, counters: Counters) -> None:
         """Outcomes targets gave at once (and failed launches), straight from memory."""
@@ -175,14 +180,14 @@ class Reconciler:
             if (entry is None or entry.job.attempt != result.job.attempt
                     or entry.outcome is not None):
                 continue  # timed out or cancelled meanwhile: the first outcome stands
-            entry.outcome = outcome_from_launch(result.outcome, result.error)
+            self.batch.end(entry, outcome_from_launch(result.outcome, result.error))
             counters.add("responses_applied")
 
     def _mark_timeouts(self, now: datetime, counters: Counters) -> None:
-        for entry in self.batch.values():
-            if entry.outcome is None and entry.deadline is not None and entry.deadline <= now:
-                entry.outcome = outcome_timeout(entry.deadline)
-                counters.add("timed_out")
+        for entry in self.batch.overdue(now):
+            assert entry.deadline is not None
+            self.batch.end(entry, outcome_timeout(entry.deadline))
+            counters.add("timed_out")
 
     def _heartbeat_seconds(self, queue: str) -> float | None:
         runtime = self.runtimes.cached(queue)
@@ -211,18 +216,14 @@ class Reconciler:
                 selections.append(selection)
         return selections
 
-    def _running(self, queue: str) -> list[Job]:
-        """Running jobs of a queue that still hold capacity (no outcome yet)."""
-        return [e.job for k, e in self.batch.items() if k[0] == queue and e.outcome is None]
-
     async def _select_queue(self, runtime: QueueRuntime, now: datetime,
                             counters: Counters) -> _Selection | None:
         spec = runtime.spec
-        running = self._running(spec.id)
-        candidates = await self._fetch(runtime, running, now)
+        candidates = await self._fetch(runtime, now)
         counters.add("fetched", len(candidates))
         if not candidates:
             return None
+        running = self.batch.running(spec.id)
         candidates = await self._expire(spec.id, candidates, now, counters)
         recent: dict[str, list[datetime]] = {}
         if spec.rate_limit is not None:
@@ -247,9 +248,12 @@ class Reconciler:
         return _Selection(runtime=runtime, launch=launch,
                           candidates={j.id: j for j in candidates})
 
-    async def _fetch(self, runtime: QueueRuntime, running: Sequence[Job],
-                     now: datetime) -> list[Job]:
+    async def _fetch(self, runtime: QueueRuntime, now: datetime) -> list[Job]:
         spec = runtime.spec
+        batch = self.batch
+        used = Used(normal=batch.running_weight(spec.id, critical=False),
+                    critical=batch.running_weight(spec.id, critical=True),
+                    running=lambda: batch.running(spec.id))
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
             return asyncio.ensure_future(self.store.job_fetch_due(
@@ -259,7 +263,7 @@ class Reconciler:
                 default_group_excluding=fetch.default_group_excluding))
 
         # side by side (reads, each on its own connection); merged in plan order
-        reads = [read(f) for f in plan_fetch(spec, running, self.config.fetch_limit)]
+        reads = [read(f) for f in plan_fetch(spec, used, self.config.fetch_limit)]
         done = await asyncio.gather(*reads, return_exceptions=True)
         for outcome in done:
             if isinstance(outcome, BaseException):
@@ -296,9 +300,7 @@ class Reconciler:
         """Step 3's decisions, over copies: jobs are frozen, the mutable parts of an
         entry are copied by :func:`change_for`, retry plugins get deep copies."""
         changes = []
-        for entry in self.batch.values():
-            if entry.outcome is None and not entry.extended:
-                continue
+        for entry in self.batch.changed():
             spec, retry = self._retry_of(queues.get(entry.job.queue))
             change = change_for(entry, spec, retry, now)
             if change.kind is ChangeKind.ARCHIVE:
@@ -326,15 +328,10 @@ class Reconciler:
         applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
         for change in changes:
             key = (change.queue, change.id)
-            entry = self.batch.get(key)
-            if entry is None:
-                continue
             if change.kind is ChangeKind.EXTEND and key in applied:
-                entry.extended = False
-                entry.inbox_ids.clear()
-                entry.job = replace(entry.job, deadline=change.deadline)
+                self.batch.settle(key, change.deadline)
             else:  # ended, re-queued, or no longer ours: it leaves the batch either way
-                del self.batch[key]
+                self.batch.remove(key)
 
     # -- steps 4 and 5: mark running and launch ----------------------------------------
 
@@ -357,7 +354,7 @@ class Reconciler:
                 # a merging queue may have appended payloads since the fetch: re-read
                 known=None if spec.merge_by_ordering_key else selection.candidates)
             for job in jobs:
-                self.batch[job.key] = Entry(job=job, deadline=job.deadline)
+                self._add(Entry(job=job, deadline=job.deadline))
             launched.extend(jobs)
         return launched
 

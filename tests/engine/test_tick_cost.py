@@ -1,0 +1,72 @@
+"""A tick costs O(what changed) (SPEC 3): with thousands of tries running and
+nothing arriving, an idle tick sends the store nothing whose size grows with the
+running set; a response is found without listing the running keys."""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from typing import Any
+
+import pytest
+
+from hipq.engine import Reconciler
+from hipq.schemas import EnqueueRequest, ResponseRequest
+from hipq.service import Hipq
+from hipq.store import Store
+from hipq.targets import Targets
+from hipq.testing import FakeClock, MemoryTarget
+from tests.engine._helpers import queue, tick
+
+RUNNING = 3000
+SMALL = 10  # no argument or answer of an idle tick may be larger than this
+
+
+class Recording:
+    """The real store, with the size of every argument and answer noted."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.calls: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if not callable(method):
+            return method
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            answer = await method(*args, **kwargs)
+            sizes = [len(v) for v in (*args, *kwargs.values(), answer)
+                     if isinstance(v, Sized) and not isinstance(v, str | bytes)]
+            self.calls.append((name, max(sizes, default=0)))
+            return answer
+
+        return call
+
+
+@pytest.mark.slow
+async def test_an_idle_tick_does_not_grow_with_the_running_set(
+        store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    hipq = Hipq(store, clock=clock)
+    await hipq.create_queue(queue())
+    await hipq.enqueue_many("q", [(f"j{i}", EnqueueRequest()) for i in range(RUNNING)])
+    recording = Recording(store)
+    reconciler = Reconciler(recording, clock=clock, owner="o1",  # type: ignore[arg-type]
+                            targets=Targets(memory={"t": target}))
+    while len(reconciler.batch) < RUNNING:
+        await tick(reconciler)
+    clock.advance(5)
+    await tick(reconciler)  # confirmations, sweeps
+    recording.calls.clear()
+    clock.advance(5)
+    result = await tick(reconciler)
+    assert not result.changed
+    assert [c for c in recording.calls if c[1] > SMALL] == []
+
+    job = target.launched[RUNNING // 2]
+    assert job.correlation_key is not None
+    await hipq.report_response(job.correlation_key, ResponseRequest(attempt=job.attempt))
+    recording.calls.clear()
+    result = await tick(reconciler)
+    assert result.responses_applied == 1
+    assert result.finished == 1
+    assert [c for c in recording.calls if c[1] > SMALL] == []
