@@ -25,7 +25,7 @@ from common import drop_database, fresh_database, postgres
 
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
-from hipq.reconciler import Reconciler
+from hipq.engine import Reconciler
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import open_store
