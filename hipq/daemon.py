@@ -29,6 +29,8 @@ from hipq.errors import ConfigError, HipqError, TransientStoreError
 from hipq.reconciler import Reconciler
 from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
+from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
+from hipq.schedules import Schedules, open_schedules
 from hipq.service import Hipq
 from hipq.store import SQLStore, open_store
 from hipq.targets import Target
@@ -83,6 +85,7 @@ class Daemon:
         self.kafka_consumer: KafkaResponseConsumer | None = None
         self.api: ApiServer | None = None
         self.api_port: int | None = None  # the bound port once the API serves
+        self.schedules: Schedules | None = None  # SPEC 14
 
     async def open(self) -> Hipq:
         """Open and migrate the store, apply the YAML queues; return the service."""
@@ -97,13 +100,14 @@ class Daemon:
             for queue in self.settings.queues:
                 await self.service.create_queue(queue)
             signer = await load_signer(self.store, self.settings.signing_key)
+            self.schedules = await open_schedules(self.service, self.settings, clock=self.clock)
         except BaseException:
             await self.store.close()
             raise
         self.http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
         if self.settings.api.enabled:
             self.api = ApiServer(ApiDeps(service=self.service, config=self.settings.api,
-                                         signer=signer))
+                                         signer=signer, schedules=self.schedules))
         self.reconciler = Reconciler(self.store, clock=self.clock, owner=self.owner,
                                      config=self.settings.reconcile,
                                      responses=self.settings.responses,
@@ -163,6 +167,10 @@ class Daemon:
                           misfire_grace_time=None)
         scheduler.add_job(self.prune, "interval", id="prune", seconds=PRUNE_INTERVAL_SECONDS,
                           max_instances=1, coalesce=True)
+        if self.schedules is not None and self.schedules.schedules:  # SPEC 14
+            scheduler.add_job(self.schedules.run_once, "interval", id="schedules",
+                              seconds=SCHEDULE_POLL_SECONDS, next_run_time=datetime.now(UTC),
+                              max_instances=1, coalesce=True)
         scheduler.start()
         self._scheduler = scheduler
 
