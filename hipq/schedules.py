@@ -52,11 +52,41 @@ def fire_job_id(schedule_id: str, fire: datetime) -> str:
 
 def cron_trigger(schedule: ScheduleConfig) -> CronTrigger:
     """The schedule's trigger; :class:`ConfigError` for a bad cron string."""
+    fields = schedule.cron.split()
     try:
-        return CronTrigger.from_crontab(schedule.cron,
-                                        timezone=zoneinfo.ZoneInfo(schedule.timezone))
+        if len(fields) != 5:
+            raise ValueError(f"expected 5 fields (minute hour day month weekday), "
+                             f"got {len(fields)}")
+        minute, hour, day, month, weekday = fields
+        return CronTrigger(minute=minute, hour=hour, day=day, month=month,
+                           day_of_week=crontab_weekdays(weekday),
+                           timezone=zoneinfo.ZoneInfo(schedule.timezone))
     except ValueError as exc:
         raise ConfigError(f"bad cron {schedule.cron!r}: {exc}") from None
+
+
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def crontab_weekdays(field: str) -> str:
+    """A crontab weekday field (0 or 7 = Sunday) in APScheduler 3's terms, where
+    numbers start at Monday: numbers, ranges and steps become day names
+    (``1-5`` -> ``mon,tue,wed,thu,fri``); names and ``*`` are kept."""
+    out: list[str] = []
+    for part in field.split(","):
+        base, _, step = part.partition("/")
+        if base != "*" and not base.replace("-", "").isdigit():
+            out.append(part)  # names (mon-fri): the same in both
+            continue
+        if base == "*" and not step:
+            out.append("*")
+            continue
+        low, _, high = ("0-6" if base == "*" else base).partition("-")
+        end = int(high) if high else (6 if step else int(low))
+        if not 0 <= int(low) <= end <= 7:
+            raise ValueError(f"bad weekday {part!r} (0-7, 0 and 7 are Sunday)")
+        out += [_WEEKDAYS[n] for n in range(int(low), end + 1, int(step or 1))]
+    return ",".join(dict.fromkeys(out))
 
 
 def fire_times(trigger: CronTrigger, after: datetime, until: datetime, *,

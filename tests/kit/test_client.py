@@ -18,7 +18,8 @@ import pytest
 from aiohttp import ClientSession, web
 
 from hipq.client import AsyncClient, Client, HipqError, RetryPolicy
-from tests.kit.conftest import ADMIN, ROOT, HipqRun
+from tests.api.conftest import ADMIN
+from tests.kit.conftest import ROOT, HipqRun
 
 pytestmark = pytest.mark.slow
 Serve = Callable[[web.Application], Awaitable[str]]
@@ -114,7 +115,7 @@ async def test_client_input_errors_raise_before_sending(hipq_run: HipqRun) -> No
         await hipq.create_queue("q")
         with pytest.raises(ValueError, match="priority"):
             await hipq.enqueue("q", "j", priority="high")
-        items = [{"id": "a"}, {"id": "has space"}, {"id": "b", "data": 3}]
+        items: list[dict[str, Any]] = [{"id": "a"}, {"id": "has space"}, {"id": "b", "data": 3}]
         bad = await hipq.enqueue_many("q", items)
         assert [r.status for r in bad] == ["created", "invalid", "invalid"]
 
@@ -142,8 +143,9 @@ async def test_list_jobs_follows_the_live_jobs_cursor(serve: Serve) -> None:
     """``GET /v1/queued-jobs`` (SPEC 8) pages, served here by a stand-in with the
     SPEC's page shape: the client follows ``next_cursor`` to the end."""
     seen: list[dict[str, str]] = []
-    pages = {None: {"jobs": [_job("a", "running"), _job("b", "running")], "next_cursor": "c1"},
-             "c1": {"jobs": [_job("c", "running")], "next_cursor": None}}
+    pages: dict[str | None, dict[str, Any]] = {
+        None: {"jobs": [_job("a", "running"), _job("b", "running")], "next_cursor": "c1"},
+        "c1": {"jobs": [_job("c", "running")], "next_cursor": None}}
     url = await serve(_pages_app(pages, seen))
     async with AsyncClient(url) as hipq:
         assert [j.id async for j in hipq.list_jobs("q", "running", page_size=2)] == ["a", "b", "c"]

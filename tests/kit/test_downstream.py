@@ -18,7 +18,8 @@ from hipq.client import AsyncClient
 from hipq.downstream import Fail, Launch, callback_app
 from hipq.downstream.http import WORKER
 from hipq.testing import FakeClock
-from tests.kit.conftest import ADMIN, HipqRun, http_target, wait_job
+from tests.api.conftest import ADMIN
+from tests.kit.conftest import HipqRun, http_target, wait_job
 from tests.kit.test_client import Serve
 
 pytestmark = pytest.mark.slow

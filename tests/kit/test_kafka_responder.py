@@ -11,8 +11,9 @@ import pytest
 
 from hipq.client import AsyncClient
 from hipq.downstream import Fail, KafkaResponder, Launch
+from tests.api.conftest import ADMIN
 from tests.kafka.conftest import SESSION, create_topics, name
-from tests.kit.conftest import ADMIN, HipqRun, wait_job
+from tests.kit.conftest import HipqRun, wait_job
 
 pytestmark = pytest.mark.slow
 
