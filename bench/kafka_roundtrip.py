@@ -103,6 +103,36 @@ async def _respond_by_hand(bootstrap: str, requests: str, responses: str, total:
         await producer.stop()
 
 
+async def responder_only(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
+    """The responder alone (``--responder-only``): N launches produced beforehand,
+    then the seconds the responder takes to answer them all (join included)."""
+    requests, responses = f"bench-req-{uuid.uuid4().hex[:8]}", f"bench-resp-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(requests, 4, 1), NewTopic(responses, 4, 1)])
+    await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    acks = []
+    for n in range(args.jobs):
+        key = f"k{n}".encode()
+        value = json.dumps({"id": f"j{n}", "queue": "bench", "data": {"n": n}, "attempt": 1,
+                            "max_attempts": 3, "correlation_key": f"k{n}",
+                            "callback_url": None}).encode()
+        acks.append(await producer.send(requests, value=value, key=key,
+                                        headers=[("Hipq-Correlation-Key", key)]))
+    await asyncio.gather(*acks)
+    await producer.stop()
+    respond = _respond_by_hand if args.hand_written else _respond
+    t0 = time.monotonic()
+    await respond(bootstrap, requests, responses, args.jobs)
+    seconds = time.monotonic() - t0
+    return {"bench": "kafka_responder", "jobs": args.jobs, "database": "-",
+            "responder": "hand-written" if args.hand_written else "hipq.downstream",
+            "seconds": {"answered": round(seconds, 2)},
+            "jobs_per_second": round(args.jobs / seconds, 1)}
+
+
 async def _count(daemon: Daemon, table: sa.Table, *where: Any) -> int:
     assert daemon.store is not None
     async with daemon.store.engine.connect() as conn:
@@ -182,6 +212,8 @@ def main() -> None:
     parser.add_argument("--fetch-limit", type=int, default=2000)
     parser.add_argument("--launch-concurrency", type=int, default=500)
     parser.add_argument("--deadline", type=float, default=600)
+    parser.add_argument("--responder-only", action="store_true",
+                        help="time the responder alone on launches produced beforehand")
     parser.add_argument("--hand-written", action="store_true",
                         help="the hand-written responder instead of hipq.downstream's")
     args = parser.parse_args()
@@ -200,7 +232,8 @@ def main() -> None:
                                                                    "postgresql+asyncpg://")
             else:
                 url = f"sqlite+aiosqlite:///{tmp}/bench.db"
-            result = asyncio.run(run(args, bootstrap, url))
+            result = asyncio.run(responder_only(args, bootstrap) if args.responder_only
+                                 else run(args, bootstrap, url))
     finally:
         for tool in stops:
             subprocess.run([str(SCRIPTS / tool), "stop"], env=env, check=False,

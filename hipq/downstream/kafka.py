@@ -2,8 +2,8 @@
 
 It consumes launches from ``request_topic`` (a consumer group, offsets committed
 by hand), runs the handler on each (at most ``concurrency`` at a time within a
-fetched batch), produces each outcome to ``response_topic`` with the launch's
-``Hipq-Correlation-Key`` header (and the same message key), waits for the
+fetched batch, in the order fetched), produces each outcome to ``response_topic`` with the launch's
+``Hipq-Correlation-Key`` header, waits for the
 broker's acknowledgements, and only then commits the batch's offsets. A responder
 that dies before the commit handles those launches again after a restart; hipq
 applies a repeated response once.
@@ -42,7 +42,7 @@ class KafkaResponder:
         self.group_id = group_id
         self.consumer_options = dict(consumer_options or {})
         self.producer_options = dict(producer_options or {})
-        self._slots = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
         self._stopping = asyncio.Event()
         self.handled = 0  # launches answered (acknowledged and committed)
 
@@ -77,14 +77,19 @@ class KafkaResponder:
             await producer.stop()
 
     async def _answer(self, producer: Any, records: Sequence[Any]) -> None:
-        bodies = await asyncio.gather(*(self._handle(r) for r in records))
-        acks = []
-        for body in bodies:
-            if body is None:
-                continue
-            key, value = body
-            acks.append(await producer.send(self.response_topic, value=value, key=key,
-                                            headers=[(CORRELATION_HEADER, key)]))
+        # ``concurrency`` workers share the batch (not a task per record): a handler
+        # that never waits costs no task, one that waits lets the others go on
+        bodies: list[tuple[bytes, bytes] | None] = [None] * len(records)
+        todo = iter(enumerate(records))
+
+        async def work() -> None:
+            for index, record in todo:
+                bodies[index] = await self._handle(record)
+
+        await asyncio.gather(*(work() for _ in range(min(self.concurrency, len(records)))))
+        acks = [await producer.send(self.response_topic, value=value,
+                                    headers=[(CORRELATION_HEADER, key)])
+                for key, value in filter(None, bodies)]
         await asyncio.gather(*acks)
         self.handled += len(acks)
 
@@ -99,6 +104,5 @@ class KafkaResponder:
             log.warning("skipped a record that is not a launch (%s[%s]@%s): %s", record.topic,
                         record.partition, record.offset, exc, extra={"action": "bad_launch"})
             return None
-        async with self._slots:
-            body = await outcome(self.handler, launch)
+        body = await outcome(self.handler, launch)
         return launch.correlation_key.encode(), _ENCODE(body).encode()
