@@ -282,3 +282,15 @@ def test_client_imports_no_daemon_stack() -> None:
     code = ("import sys, hipq.client; "
             "assert 'aiohttp' not in sys.modules and 'aiohttp.web' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_kit_public_surface() -> None:
+    import hipq.client
+    import hipq.downstream
+
+    assert sorted(hipq.client.__all__) == sorted([
+        "AsyncClient", "BatchResult", "Client", "EnqueueResult", "HipqError", "JobOut",
+        "QueueOut", "RetryPolicy", "ScheduleOut", "StatsOut"])
+    assert sorted(hipq.downstream.__all__) == sorted([
+        "Fail", "Handler", "KafkaResponder", "Launch", "callback_app"])
+    assert issubclass(hipq.client.HipqError, hipq.HipqError)
