@@ -236,6 +236,8 @@ async def downstream(mode: str, *, record: bool = False) -> AsyncIterator[str]:
     argv = [PYTHON, str(BENCH / "downstream.py"), "--mode", mode]
     if record:
         argv.append("--record")
+    if os.environ.get("HIPQ_BENCH_HAND_WRITTEN"):  # compare with the hand-written handler
+        argv.append("--hand-written")
     proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
     try:
         assert proc.stdout is not None

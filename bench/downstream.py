@@ -1,16 +1,19 @@
 """A fast local downstream for the HTTP target, run as its own process by bench/run.
 
-    python bench/downstream.py --mode sync|callback|accept [--record]
+    python bench/downstream.py --mode sync|callback|accept [--record] [--hand-written]
 
 Prints ``PORT=<n>`` once it listens on 127.0.0.1. Modes:
 
 * ``sync``: answers every launch ``200 {"ok": true}`` (the job succeeds);
-* ``callback``: answers ``202`` and then POSTs ``{"status": "succeeded"}`` to the
-  job's signed ``callback_url``;
+* ``callback``: hipq.downstream's ``callback_app`` with a handler that succeeds at
+  once (202, then the outcome POSTed to the job's signed ``callback_url``); with
+  ``--hand-written``, the aiohttp handler it replaced, kept to compare the two;
 * ``accept``: answers ``202`` and never calls back (the job stays running).
 
 With ``--record`` it keeps, per job id, the wall-clock time (``time.time()``) the
-launch arrived, and in callback mode when the callback was sent and acknowledged;
+launch arrived (callback_app: when the handler started), and in callback mode when
+the callback was sent (callback_app: when the handler returned) and, hand-written
+only, acknowledged;
 ``GET /_dump`` returns them as JSON. ``GET /_count`` returns the launches seen.
 """
 
@@ -24,6 +27,8 @@ import time
 from typing import Any
 
 from aiohttp import ClientSession, TCPConnector, web
+
+from hipq.downstream import Launch, callback_app
 
 OK = json.dumps({"ok": True})
 
@@ -62,6 +67,13 @@ class Downstream:
         if self.record:
             self.times[job_id].update(cb_sent=sent, cb_ack=time.time(), cb_status=status)
 
+    async def handle(self, launch: Launch) -> None:
+        """callback_app's handler: succeed at once (recording the times)."""
+        self.launches += 1
+        if self.record:
+            now = time.time()
+            self.times[launch.id] = {"launch": now, "cb_sent": now}
+
     async def dump(self, request: web.Request) -> web.Response:
         return web.json_response(self.times)
 
@@ -72,10 +84,13 @@ class Downstream:
 async def serve(args: argparse.Namespace) -> None:
     downstream = Downstream(args.mode, args.record)
     downstream.session = ClientSession(connector=TCPConnector(limit=100))
-    app = web.Application(client_max_size=4 * 2**20)
+    kit = args.mode == "callback" and not args.hand_written
+    app = callback_app(downstream.handle) if kit else web.Application(
+        client_max_size=4 * 2**20)
     app.router.add_get("/_dump", downstream.dump)
     app.router.add_get("/_count", downstream.count)
-    app.router.add_post("/{tail:.*}", downstream.launch)
+    if not kit:
+        app.router.add_post("/{tail:.*}", downstream.launch)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=1024)
@@ -94,6 +109,8 @@ def main() -> None:
     parser.add_argument("--mode", choices=["sync", "callback", "accept"], required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--hand-written", action="store_true",
+                        help="callback mode: the hand-written handler, not callback_app")
     args = parser.parse_args()
     try:
         asyncio.run(serve(args))

@@ -1,8 +1,9 @@
 """Kafka round trip: enqueue -> produced -> response consumed -> archived, in jobs/s.
 
 A daemon (in this process) launches N jobs to a request topic; a responder (a
-separate process, so it does not share this event loop) consumes them and answers
-each on the response topic; the daemon's consumer writes the responses to the
+separate process, so it does not share this event loop; hipq.downstream's
+KafkaResponder, or with ``--hand-written`` the aiokafka loop it replaced) consumes
+them and answers each on the response topic; the daemon's consumer writes the responses to the
 inbox and the reconciler archives the jobs. Timestamps: all enqueued, all
 produced (acknowledged by the broker: launch confirmed), all responses in the
 inbox, all archived.
@@ -35,6 +36,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from hipq.config import Settings
 from hipq.daemon import Daemon
+from hipq.downstream import KafkaResponder, Launch
 from hipq.schemas import EnqueueRequest
 from hipq.store import schema as s
 
@@ -49,11 +51,32 @@ def _tool(tool: str, command: str, env: dict[str, str]) -> str:
     return out.strip().splitlines()[-1].split("=", 1)[-1] if out.strip() else ""
 
 
-def responder(bootstrap: str, requests: str, responses: str, total: int) -> None:
-    asyncio.run(_respond(bootstrap, requests, responses, total))
+def responder(bootstrap: str, requests: str, responses: str, total: int,
+              hand_written: bool = False) -> None:
+    respond = _respond_by_hand if hand_written else _respond
+    asyncio.run(respond(bootstrap, requests, responses, total))
 
 
 async def _respond(bootstrap: str, requests: str, responses: str, total: int) -> None:
+    """The responder: hipq.downstream.KafkaResponder, stopped after ``total`` answers."""
+    left = total
+
+    async def succeed(launch: Launch) -> None:
+        nonlocal left
+        left -= 1
+        if left <= 0:
+            kit.stop()  # run() returns once this batch is answered and committed
+
+    kit = KafkaResponder(bootstrap, requests, responses, succeed,
+                         group_id=f"bench-{uuid.uuid4().hex[:8]}",
+                         consumer_options={"session_timeout_ms": 2000,
+                                           "heartbeat_interval_ms": 200})
+    await kit.run()
+
+
+async def _respond_by_hand(bootstrap: str, requests: str, responses: str, total: int) -> None:
+    """The hand-written responder the kit's replaced (``--hand-written``), kept to
+    compare the two."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     consumer = AIOKafkaConsumer(requests, bootstrap_servers=bootstrap,
                                 group_id=f"bench-{uuid.uuid4().hex[:8]}",
@@ -78,6 +101,36 @@ async def _respond(bootstrap: str, requests: str, responses: str, total: int) ->
     finally:
         await consumer.stop()
         await producer.stop()
+
+
+async def responder_only(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
+    """The responder alone (``--responder-only``): N launches produced beforehand,
+    then the seconds the responder takes to answer them all (join included)."""
+    requests, responses = f"bench-req-{uuid.uuid4().hex[:8]}", f"bench-resp-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(requests, 4, 1), NewTopic(responses, 4, 1)])
+    await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    acks = []
+    for n in range(args.jobs):
+        key = f"k{n}".encode()
+        value = json.dumps({"id": f"j{n}", "queue": "bench", "data": {"n": n}, "attempt": 1,
+                            "max_attempts": 3, "correlation_key": f"k{n}",
+                            "callback_url": None}).encode()
+        acks.append(await producer.send(requests, value=value, key=key,
+                                        headers=[("Hipq-Correlation-Key", key)]))
+    await asyncio.gather(*acks)
+    await producer.stop()
+    respond = _respond_by_hand if args.hand_written else _respond
+    t0 = time.monotonic()
+    await respond(bootstrap, requests, responses, args.jobs)
+    seconds = time.monotonic() - t0
+    return {"bench": "kafka_responder", "jobs": args.jobs, "database": "-",
+            "responder": "hand-written" if args.hand_written else "hipq.downstream",
+            "seconds": {"answered": round(seconds, 2)},
+            "jobs_per_second": round(args.jobs / seconds, 1)}
 
 
 async def _count(daemon: Daemon, table: sa.Table, *where: Any) -> int:
@@ -111,7 +164,8 @@ async def run(args: argparse.Namespace, bootstrap: str, db_url: str) -> dict[str
                     "target": {"kind": "kafka", "topic": requests}}],
     })
     proc = multiprocessing.get_context("spawn").Process(
-        target=responder, args=(bootstrap, requests, responses, args.jobs), daemon=True)
+        target=responder, args=(bootstrap, requests, responses, args.jobs, args.hand_written),
+        daemon=True)
     proc.start()
     daemon = Daemon(settings)
     service = await daemon.open()
@@ -144,6 +198,7 @@ async def run(args: argparse.Namespace, bootstrap: str, db_url: str) -> dict[str
     proc.join(10)
     total = marks["archived"]
     return {"bench": "kafka_roundtrip", "jobs": args.jobs,
+            "responder": "hand-written" if args.hand_written else "hipq.downstream",
             "database": "postgresql" if args.postgres else "sqlite",
             "seconds": {k: round(v, 2) for k, v in marks.items()},
             "jobs_per_second": round(args.jobs / total, 1)}
@@ -157,6 +212,10 @@ def main() -> None:
     parser.add_argument("--fetch-limit", type=int, default=2000)
     parser.add_argument("--launch-concurrency", type=int, default=500)
     parser.add_argument("--deadline", type=float, default=600)
+    parser.add_argument("--responder-only", action="store_true",
+                        help="time the responder alone on launches produced beforehand")
+    parser.add_argument("--hand-written", action="store_true",
+                        help="the hand-written responder instead of hipq.downstream's")
     args = parser.parse_args()
     name = f"bench-kafka-{os.getpid()}"
     env = dict(os.environ, KAFKA_EPHEMERAL_NAME=name, PG_EPHEMERAL_NAME=name,
@@ -173,12 +232,14 @@ def main() -> None:
                                                                    "postgresql+asyncpg://")
             else:
                 url = f"sqlite+aiosqlite:///{tmp}/bench.db"
-            result = asyncio.run(run(args, bootstrap, url))
+            result = asyncio.run(responder_only(args, bootstrap) if args.responder_only
+                                 else run(args, bootstrap, url))
     finally:
         for tool in stops:
             subprocess.run([str(SCRIPTS / tool), "stop"], env=env, check=False,
                            capture_output=True, timeout=60)
     rows = [("jobs", result["jobs"]), ("database", result["database"]),
+            ("responder", result["responder"]),
             *((f"all {k} (s)", v) for k, v in result["seconds"].items()),
             ("round trip (jobs/s)", result["jobs_per_second"])]
     width = max(len(k) for k, _ in rows)

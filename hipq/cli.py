@@ -21,6 +21,7 @@ from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
 from hipq.log import setup_logging
 from hipq.retry import build_retry
+from hipq.schedules import check_schedules
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq, validate_queue
 from hipq.store import Store, open_store
@@ -128,6 +129,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         await store.close()
     _check_queues(settings)
+    check_schedules(settings)  # the cron strings; the queues once the store is open
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -179,10 +181,20 @@ async def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
     store = await open_store(settings.database.url, pool_size=1)
     try:
         await _reach(store, settings)
+        check_schedules(settings, await _database_queues(store))
     finally:
         await store.close()
-    sys.stdout.write(f"config OK: {len(settings.queues)} queue(s), database reachable\n")
+    sys.stdout.write(f"config OK: {len(settings.queues)} queue(s), "
+                     f"{len(settings.schedules)} schedule(s), database reachable\n")
     return 0
+
+
+async def _database_queues(store: Store) -> set[str]:
+    """The queues stored in the database (none when it is not migrated yet)."""
+    try:
+        return {record.id for record in await store.queue_list()}
+    except StoreError:
+        return set()
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:

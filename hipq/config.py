@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic import ValidationError as PydanticValidationError
 
 from hipq.errors import ConfigError
-from hipq.jobs import DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
+from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
 from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
 from hipq.throttling import windows
 
@@ -286,6 +286,30 @@ class LoggingConfig(_Strict):
     json_format: bool = Field(default=False, alias="json")
 
 
+# -- schedules (SPEC 14; the runtime is hipq/schedules.py) ---------------------------
+
+
+class ScheduleConfig(_Strict):
+    """A recurring job: one enqueue into ``queue`` per fire time of ``cron``. The cron
+    string and the queue are checked by ``hipq.schedules.check_schedules``."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,60}$")]
+    queue: Annotated[str, Field(pattern=QUEUE_ID_PATTERN)]
+    cron: Annotated[str, Field(min_length=1, max_length=200)]
+    timezone: str = "UTC"
+    data: dict[str, Any] = Field(default_factory=dict)
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=-1_000_000, le=1_000_000)
+    catch_up: bool = False
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        return QueueConfig._known_timezone(value)
+
+
+# -- end of schedules ---------------------------------------------------------------
+
+
 class Settings(_Strict):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
@@ -296,6 +320,7 @@ class Settings(_Strict):
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     queues: list[QueueConfig] = Field(default_factory=list)
+    schedules: list[ScheduleConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_queue_ids(self) -> Settings:
@@ -304,6 +329,9 @@ class Settings(_Strict):
             if queue.id in seen:
                 raise ValueError(f"queue id {queue.id!r} is declared twice")
             seen.add(queue.id)
+        schedules = [schedule.id for schedule in self.schedules]
+        if len(set(schedules)) != len(schedules):
+            raise ValueError("a schedule id is declared twice")
         return self
 
 

@@ -31,6 +31,8 @@ from hipq.engine import Reconciler
 from hipq.errors import ConfigError, HipqError, TransientStoreError
 from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
+from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
+from hipq.schedules import Schedules, open_schedules
 from hipq.service import Hipq
 from hipq.store import Store, open_store
 from hipq.targets import Target, Targets
@@ -83,6 +85,7 @@ class Daemon:
         self._scheduler: AsyncIOScheduler | None = None
         self._opened: _Opened | None = None
         self.api_port: int | None = None  # the bound port once the API serves
+        self.schedules: Schedules | None = None  # SPEC 14
 
     # the parts, once open() has run
     @property
@@ -130,6 +133,7 @@ class Daemon:
         for queue in self.settings.queues:
             await service.create_queue(queue)
         signer = await load_signer(store, self.settings.signing_key)
+        self.schedules = await open_schedules(service, self.settings, clock=self.clock)
         http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
         self._stack.push_async_callback(http.close)
         producer, consumer = None, None
@@ -140,7 +144,8 @@ class Daemon:
                                              on_work=self.wake)
         api = None
         if self.settings.api.enabled:
-            api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer))
+            api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
+                                    schedules=self.schedules))
         reconciler = Reconciler(
             store, clock=self.clock, owner=self.owner, config=self.settings.reconcile,
             responses=self.settings.responses, on_wake=self.wake,
@@ -190,6 +195,10 @@ class Daemon:
                           misfire_grace_time=None)
         scheduler.add_job(self.prune, "interval", id="prune", seconds=PRUNE_INTERVAL_SECONDS,
                           max_instances=1, coalesce=True)
+        if self.schedules is not None and self.schedules.schedules:  # SPEC 14
+            scheduler.add_job(self.schedules.run_once, "interval", id="schedules",
+                              seconds=SCHEDULE_POLL_SECONDS, next_run_time=datetime.now(UTC),
+                              max_instances=1, coalesce=True)
         scheduler.start()
         self._scheduler = scheduler
 

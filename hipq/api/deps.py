@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -10,12 +11,16 @@ from hipq.config import ApiConfig
 from hipq.responses.signing import Signer
 from hipq.service import Hipq
 
+if TYPE_CHECKING:
+    from hipq.schedules import Schedules
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApiDeps:
     service: Hipq
     config: ApiConfig
     signer: Signer
+    schedules: Schedules | None = None  # GET /v1/schedules (hipq/api/schedules.py)
 
 
 DEPS = web.AppKey("hipq_deps", ApiDeps)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from hipq.api import handlers as h
 from hipq.api import pages
+from hipq.api import schedules as sched
 from hipq.api.auth import Role
 from hipq.api.models import (
     AcceptedOut,
@@ -26,6 +27,7 @@ from hipq.api.models import (
     QueueOut,
     StatsOut,
 )
+from hipq.api.schedule_models import ScheduleList
 from hipq.config import QueueConfig
 from hipq.schemas import EnqueueRequest, ResponseRequest
 
@@ -106,4 +108,7 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/inbox/{queue}/{tail}", handler=h.templated_response, role=P,
           tags=("responses",), summary="The same, with a path segment for the template "
           "({path.tail})", body=AnyObject, answers={202: AcceptedOut}),
+    Route(method="GET", path="/v1/schedules", handler=sched.list_schedules, role=R,
+          tags=("schedules",), summary="The recurring schedules with their next fire time",
+          answers={200: ScheduleList}),
 )

@@ -1,0 +1,15 @@
+"""``GET /v1/schedules`` (SPEC 14): the daemon's schedules, each with its next fire
+time (see hipq/schedules.py)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from hipq.api.deps import DEPS
+from hipq.api.io import reply
+from hipq.api.schedule_models import ScheduleList
+
+
+async def list_schedules(request: web.Request) -> web.Response:
+    schedules = request.app[DEPS].schedules
+    return reply(ScheduleList(schedules=[] if schedules is None else schedules.describe()))

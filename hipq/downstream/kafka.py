@@ -1,0 +1,108 @@
+"""``KafkaResponder``: the downstream side of a Kafka launch.
+
+It consumes launches from ``request_topic`` (a consumer group, offsets committed
+by hand), runs the handler on each (at most ``concurrency`` at a time within a
+fetched batch, in the order fetched), produces each outcome to ``response_topic`` with the launch's
+``Hipq-Correlation-Key`` header, waits for the
+broker's acknowledgements, and only then commits the batch's offsets. A responder
+that dies before the commit handles those launches again after a restart; hipq
+applies a repeated response once.
+
+aiokafka is imported when :meth:`KafkaResponder.run` starts, so importing
+``hipq.downstream`` does not load it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hipq.downstream._launch import BadLaunch, Handler, Launch, outcome
+
+log = logging.getLogger(__name__)
+
+CORRELATION_HEADER = "Hipq-Correlation-Key"
+POLL_MS = 200
+MAX_RECORDS = 2000
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
+class KafkaResponder:
+    def __init__(self, bootstrap_servers: str, request_topic: str, response_topic: str,
+                 handler: Handler, group_id: str = "hipq-responder", *,
+                 concurrency: int = 100, consumer_options: Mapping[str, Any] | None = None,
+                 producer_options: Mapping[str, Any] | None = None) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.request_topic = request_topic
+        self.response_topic = response_topic
+        self.handler = handler
+        self.group_id = group_id
+        self.consumer_options = dict(consumer_options or {})
+        self.producer_options = dict(producer_options or {})
+        self.concurrency = concurrency
+        self._stopping = asyncio.Event()
+        self.handled = 0  # launches answered (acknowledged and committed)
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch in hand is answered."""
+        self._stopping.set()
+
+    async def run(self, *, ready: asyncio.Event | None = None) -> None:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+        consumer = AIOKafkaConsumer(
+            self.request_topic, bootstrap_servers=self.bootstrap_servers,
+            group_id=self.group_id, enable_auto_commit=False,
+            **{"auto_offset_reset": "earliest", **self.consumer_options})
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers,
+                                    **{"acks": "all", "linger_ms": 5, **self.producer_options})
+        await producer.start()
+        try:
+            await consumer.start()
+            try:
+                if ready is not None:
+                    ready.set()
+                while not self._stopping.is_set():
+                    batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
+                    if batches:
+                        await self._answer(producer, [r for rs in batches.values() for r in rs])
+                        await consumer.commit({tp: rs[-1].offset + 1
+                                               for tp, rs in batches.items()})
+            finally:
+                await consumer.stop()
+        finally:
+            await producer.stop()
+
+    async def _answer(self, producer: Any, records: Sequence[Any]) -> None:
+        # ``concurrency`` workers share the batch (not a task per record): a handler
+        # that never waits costs no task, one that waits lets the others go on
+        bodies: list[tuple[bytes, bytes] | None] = [None] * len(records)
+        todo = iter(enumerate(records))
+
+        async def work() -> None:
+            for index, record in todo:
+                bodies[index] = await self._handle(record)
+
+        await asyncio.gather(*(work() for _ in range(min(self.concurrency, len(records)))))
+        acks = [await producer.send(self.response_topic, value=value,
+                                    headers=[(CORRELATION_HEADER, key)])
+                for key, value in filter(None, bodies)]
+        await asyncio.gather(*acks)
+        self.handled += len(acks)
+
+    async def _handle(self, record: Any) -> tuple[bytes, bytes] | None:
+        """(correlation key, response value) for a launch record; None for a record
+        that is not a launch (logged and skipped)."""
+        header = dict(record.headers or ()).get(CORRELATION_HEADER) or record.key
+        key = header.decode() if isinstance(header, bytes) else None
+        try:
+            launch = Launch.from_json(json.loads(record.value), correlation_key=key)
+        except (ValueError, BadLaunch) as exc:
+            log.warning("skipped a record that is not a launch (%s[%s]@%s): %s", record.topic,
+                        record.partition, record.offset, exc, extra={"action": "bad_launch"})
+            return None
+        body = await outcome(self.handler, launch)
+        return launch.correlation_key.encode(), _ENCODE(body).encode()
