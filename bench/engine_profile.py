@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import drop_database, fresh_database, postgres
+from hipq.reconciler import Reconciler
 
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
-from hipq.reconciler import Reconciler
 from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import open_store

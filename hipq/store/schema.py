@@ -18,7 +18,7 @@ from sqlalchemy.engine import Dialect
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Upgrades of an existing database, by the version they lead to (``migrate`` runs
 # those above the stored version, after creating what is missing).
@@ -29,6 +29,9 @@ UPGRADES: dict[int, list[str]] = {
         "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key) "
         "WHERE correlation_key IS NOT NULL",
         "DROP INDEX IF EXISTS ix_job_attempts_finished"],
+    # 3: a response from a signed callback URL carries the token of the job it was
+    # issued for (applied only to that job's try)
+    3: ["ALTER TABLE response_inbox ADD COLUMN token TEXT"],
 }
 
 
@@ -179,6 +182,7 @@ response_inbox = sa.Table(
     sa.Column("received_at", UTCDateTime, nullable=False),
     sa.Column("applied_at", UTCDateTime),
     sa.Column("outcome", sa.Text),
+    sa.Column("token", sa.Text),  # the job a signed callback URL was issued for
 )
 _pending = response_inbox.c.applied_at.is_(None)
 sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,
