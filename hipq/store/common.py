@@ -140,13 +140,25 @@ class SQLAlchemyStore(abc.ABC):
             await conn.run_sync(s.metadata.create_all)
             for version in sorted(s.UPGRADES):
                 if current is not None and current < version:
-                    for statement in s.UPGRADES[version]:
-                        await conn.exec_driver_sql(statement)
+                    for step in s.UPGRADES[version]:
+                        await self._upgrade(conn, step)
             stmt = self._insert(s.meta).values(key="schema_version",
                                                value=str(s.SCHEMA_VERSION))
             await conn.execute(stmt.on_conflict_do_update(
                 index_elements=["key"], set_={"value": str(s.SCHEMA_VERSION)}))
         return s.SCHEMA_VERSION
+
+    @staticmethod
+    async def _upgrade(conn: AsyncConnection, step: str | s.AddColumn) -> None:
+        if isinstance(step, s.AddColumn):
+            table = step.table
+            columns = await conn.run_sync(
+                lambda c: {col["name"] for col in sa.inspect(c).get_columns(table)})
+            statement = step.statement(columns)
+            if statement is None:
+                return
+            step = statement
+        await conn.exec_driver_sql(step)
 
     async def check_schema(self) -> None:
         try:

@@ -9,6 +9,7 @@ never as bind parameters, so PostgreSQL's generic plans can still use the indexe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,9 +21,24 @@ from hipq.clock import utc
 
 SCHEMA_VERSION = 3
 
+@dataclass(frozen=True, slots=True)
+class AddColumn:
+    """An upgrade step that adds a column unless it is there (``create_all`` makes
+    missing tables whole, never missing columns of existing ones)."""
+
+    table: str
+    column: str
+    sql_type: str
+
+    def statement(self, existing: set[str]) -> str | None:
+        if self.column in existing:
+            return None
+        return f"ALTER TABLE {self.table} ADD COLUMN {self.column} {self.sql_type}"
+
+
 # Upgrades of an existing database, by the version they lead to (``migrate`` runs
 # those above the stored version, after creating what is missing).
-UPGRADES: dict[int, list[str]] = {
+UPGRADES: dict[int, list[str | AddColumn]] = {
     # 2: the unique index on jobs.correlation_key leaves out jobs without a key;
     # job_attempts loses an index no query used
     2: ["DROP INDEX IF EXISTS ux_jobs_correlation_key",
@@ -31,7 +47,7 @@ UPGRADES: dict[int, list[str]] = {
         "DROP INDEX IF EXISTS ix_job_attempts_finished"],
     # 3: a response from a signed callback URL carries the token of the job it was
     # issued for (applied only to that job's try)
-    3: ["ALTER TABLE response_inbox ADD COLUMN token TEXT"],
+    3: [AddColumn("response_inbox", "token", "TEXT")],
 }
 
 
