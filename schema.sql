@@ -1,4 +1,4 @@
--- hipq schema version 2. Generated from hipq/store/schema.py
+-- hipq schema version 3. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same.
 
 CREATE TABLE archived_jobs (
@@ -166,6 +166,7 @@ CREATE TABLE response_inbox (
 	received_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	applied_at TIMESTAMP WITH TIME ZONE, 
 	outcome TEXT, 
+	token TEXT, 
 	PRIMARY KEY (id), 
 	UNIQUE (dedup_key)
 );

@@ -4,6 +4,7 @@
     ├── ConfigError            bad YAML, bad key, bad plugin path (carries the path)
     ├── StoreError             the database
     │   ├── TransientStoreError   connection lost, timeout: try again
+    │   ├── StoreConflict         a constraint (a unique key) refused a write
     │   └── SchemaError           the database is not migrated / too new
     ├── NotFound
     │   ├── QueueNotFound
@@ -41,6 +42,12 @@ class TransientStoreError(StoreError):
 
 class SchemaError(StoreError):
     code = "schema_error"
+
+
+class StoreConflict(StoreError):
+    """A constraint of the database refused a write (e.g. a unique key)."""
+
+    code = "store_conflict"
 
 
 class NotFound(HipqError):

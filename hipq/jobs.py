@@ -21,6 +21,10 @@ from hipq.frozen import evolver, quick_init, reader
 DEFAULT_PRIORITY = 100
 DEFAULT_TIMEOUT_SECONDS = 86400.0
 JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
+# Correlation keys hipq generates (one per try: prefix, the job's token, "." and the
+# attempt) start with this; a producer's key (given, or made by a template) may not,
+# so no producer can take the key of another job's next try.
+GENERATED_KEY_PREFIX = "~"
 JOB_ID_RE = re.compile(JOB_ID_PATTERN)  # use .fullmatch: "$" also matches before a final newline
 
 
@@ -62,6 +66,7 @@ class ErrorKind(StrEnum):
     EXPIRED = "expired"  # expires_at passed before the job was launched
     CANCELLED = "cancelled"  # a user cancelled the job
     DROPPED = "dropped"  # a throttler dropped the job instead of launching it
+    KEY_CONFLICT = "key_conflict"  # the try's correlation key was held by another job
 
 
 class ResponseStatus(StrEnum):

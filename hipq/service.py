@@ -29,7 +29,7 @@ from hipq.errors import (
     StaleResponse,
     ValidationError,
 )
-from hipq.jobs import JOB_ID_RE, Attempt, Job, JobState
+from hipq.jobs import GENERATED_KEY_PREFIX, JOB_ID_RE, Attempt, Job, JobState
 from hipq.responses import correlation
 from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
@@ -199,7 +199,8 @@ class Hipq:
     # -- responses ---------------------------------------------------------------
 
     async def report_response(self, correlation_key: str, response: ResponseRequest, *,
-                              source: str = "api", dedup_key: str | None = None) -> int | None:
+                              source: str = "api", dedup_key: str | None = None,
+                              token: str | None = None) -> int | None:
         """Write a response durably into the inbox (applied at the next tick).
         Returns the inbox row id, or None if ``dedup_key`` was seen before."""
         (row_id,) = await self.store.inbox_insert_many(
@@ -207,7 +208,7 @@ class Hipq:
                       status=response.status, retryable=response.retryable,
                       result=response.result, error=response.error,
                       extend_seconds=response.extend_seconds, source=source,
-                      dedup_key=dedup_key)], now=self.clock.now())
+                      dedup_key=dedup_key, token=token)], now=self.clock.now())
         self._wake()
         return row_id
 
@@ -222,12 +223,14 @@ class Hipq:
                                 queue=queue, job_id=job_id)
         return await self.report_response(job.correlation_key, response, source="callback")
 
-    async def report_callback(self, correlation_key: str, attempt: int,
+    async def report_callback(self, correlation_key: str, attempt: int, token: str,
                               response: ResponseRequest) -> int | None:
-        """A signed callback for one try (``attempt`` comes from the signed URL).
+        """A signed callback for one try of one job (``attempt`` and the job's
+        ``token`` come from the signed URL).
 
-        A response for a try older than the job's latest, or for a try other than
-        the running one, raises :class:`StaleResponse` and writes nothing. Otherwise
+        A response for another job (a later one holding the same key), for a try
+        older than the job's latest, or for a try other than the running one,
+        raises :class:`StaleResponse` and writes nothing. Otherwise
         it goes to the inbox (a late one, for a try that already ended, is recorded
         on the job's history; an unknown key waits ``responses.buffer_seconds``).
         A repeat of the same final response is stored once (returns None)."""
@@ -237,6 +240,9 @@ class Hipq:
             past = await self.store.archived_by_attempt_keys([correlation_key])
             if correlation_key in past:
                 job = await self.store.job_get(*past[correlation_key])
+        if job is not None and job.token != token:
+            raise StaleResponse("this callback URL was issued for another job that held "
+                                "the same correlation key", queue=job.queue, job_id=job.id)
         if job is not None and (attempt != job.attempt or (
                 job.status is JobState.RUNNING and job.correlation_key != correlation_key)):
             raise StaleResponse(f"job {job.id!r} is at attempt {job.attempt}; a response for "
@@ -244,7 +250,7 @@ class Hipq:
         dedup = None if response.status == "running" else response_digest(
             correlation_key, response)
         return await self.report_response(correlation_key, response, source="http",
-                                          dedup_key=dedup)
+                                          dedup_key=dedup, token=token)
 
     async def report_by_template(self, queue: str, scope: Mapping[str, Any],
                                  response: ResponseRequest) -> tuple[str, int | None]:
@@ -300,6 +306,9 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
     if fixed_key is None and config.correlation is not None:
         fixed_key = request_key(config.correlation,
                                 {"id": job_id, "queue": config.id, "data": request.data})
+    if fixed_key is not None and fixed_key.startswith(GENERATED_KEY_PREFIX):
+        raise ValidationError(f"correlation key {fixed_key[:100]!r}: keys starting with "
+                              f"{GENERATED_KEY_PREFIX!r} are the ones hipq generates")
     data = request.data
     if config.merge_by_ordering_key and request.ordering_key is not None:
         data = {"payloads": [request.data]}

@@ -211,10 +211,10 @@ async def signed_response(request: web.Request) -> web.Response:
         query = read_query(request, CallbackQuery)
     except PydanticValidationError:
         raise ApiError(401, "unauthorized", "the callback URL is not signed") from None
-    if not deps.signer.verify(key, query.attempt, query.sig):
+    if not deps.signer.verify(key, query.attempt, query.t, query.sig):
         raise ApiError(401, "unauthorized", "the callback URL's signature is not valid")
     response = await read_body(request, ResponseRequest, empty={})
-    row = await deps.service.report_callback(key, query.attempt, response)
+    row = await deps.service.report_callback(key, query.attempt, query.t, response)
     return reply(AcceptedOut(duplicate=row is None, correlation_key=key), 202)
 
 

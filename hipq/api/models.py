@@ -133,6 +133,7 @@ class ArchivedPage(_Out):
 
 class CallbackQuery(_In):
     attempt: int = Field(ge=1, le=1_000_000)
+    t: Annotated[str, Field(min_length=1, max_length=200)]  # the job's token
     sig: Annotated[str, Field(min_length=1, max_length=200)]
 
 

@@ -212,6 +212,8 @@ def outcome_from_row(row: InboxRow) -> Outcome:
 def inbox_verdict(entry: Entry, row: InboxRow) -> InboxOutcome | None:
     """None if the response applies to the entry's try, else why it does not."""
     job = entry.job
+    if row.token is not None and row.token != job.token:
+        return InboxOutcome.STALE  # a signed callback of another job that held this key
     if row.attempt is not None and row.attempt != job.attempt:
         return InboxOutcome.STALE
     if (row.attempt is None and job.attempt > 1 and job.launched_at is not None

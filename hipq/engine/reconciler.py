@@ -65,8 +65,8 @@ from hipq.engine.launcher import Launcher
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
 from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
-from hipq.errors import HipqError
-from hipq.jobs import Job, JobState, expired_error
+from hipq.errors import HipqError, StoreConflict
+from hipq.jobs import ErrorKind, Job, JobError, JobState, expired_error
 from hipq.plugins import ThrottleContext, ThrottleResult
 from hipq.retry import RetryFn
 from hipq.spec import QueueSpec
@@ -343,20 +343,54 @@ class Reconciler:
             ids = [i for i in selection.launch if (spec.id, i) not in requeued]
             if not ids:
                 continue
-            rate_groups = None
-            if spec.rate_limit is not None:  # critical jobs are not rate limited, nor counted
-                budget = RateBudget.of(spec.rate_limit, {}, now)
-                rate_groups = {i: budget.group(selection.candidates[i]) for i in ids
-                               if not selection.candidates[i].critical}
-            jobs = await self.store.job_mark_running_many(
-                queue=spec.id, ids=ids, now=now, owner=self.owner,
-                heartbeat_seconds=spec.heartbeat_timeout_seconds, rate_groups=rate_groups,
-                # a merging queue may have appended payloads since the fetch: re-read
-                known=None if spec.merge_by_ordering_key else selection.candidates)
+            jobs = await self._claim(selection, ids, now)
             for job in jobs:
                 self._add(Entry(job=job, deadline=job.deadline))
             launched.extend(jobs)
         return launched
+
+    async def _claim(self, selection: _Selection, ids: list[str], now: datetime) -> list[Job]:
+        """Step 4 for one queue. If the claim hits a taken correlation key (keys hipq
+        generates live in a namespace of their own, so only a damaged database gets
+        here), the jobs are claimed one by one and the one whose key is taken fails
+        alone: never the tick, never another job."""
+        try:
+            return await self._claim_ids(selection, ids, now)
+        except StoreConflict:
+            if len(ids) > 1:
+                log.error("claim of %d jobs of queue %s hit a taken correlation key; "
+                          "claiming them one by one", len(ids), selection.runtime.spec.id,
+                          extra={"action": "key_conflict", "queue": selection.runtime.spec.id})
+        claimed: list[Job] = []
+        for job_id in ids:
+            try:
+                claimed.extend(await self._claim_ids(selection, [job_id], now))
+            except StoreConflict as exc:
+                await self._fail_key_conflict(selection.runtime.spec.id, job_id, exc, now)
+        return claimed
+
+    async def _claim_ids(self, selection: _Selection, ids: list[str],
+                         now: datetime) -> list[Job]:
+        spec = selection.runtime.spec
+        rate_groups = None
+        if spec.rate_limit is not None:  # critical jobs are not rate limited, nor counted
+            budget = RateBudget.of(spec.rate_limit, {}, now)
+            rate_groups = {i: budget.group(selection.candidates[i]) for i in ids
+                           if not selection.candidates[i].critical}
+        return await self.store.job_mark_running_many(
+            queue=spec.id, ids=ids, now=now, owner=self.owner,
+            heartbeat_seconds=spec.heartbeat_timeout_seconds, rate_groups=rate_groups,
+            # a merging queue may have appended payloads since the fetch: re-read
+            known=None if spec.merge_by_ordering_key else selection.candidates)
+
+    async def _fail_key_conflict(self, queue: str, job_id: str, exc: StoreConflict,
+                                 now: datetime) -> None:
+        log.error("job %s of queue %s fails: its correlation key is held by another job "
+                  "(%s)", job_id, queue, exc, extra={"action": "key_conflict", "queue": queue})
+        error = JobError(kind=ErrorKind.KEY_CONFLICT, retryable=False,
+                         detail="the correlation key of this try is held by another job")
+        await self.store.job_archive_queued_many(
+            queue=queue, ends={job_id: (JobState.FAILED.value, error.to_json())}, now=now)
 
     def _launch(self, jobs: Sequence[Job]) -> None:
         launches = []

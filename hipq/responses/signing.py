@@ -1,9 +1,13 @@
 """Signed callback URLs.
 
-A launched try gets ``{public_url}/v1/responses/{correlation_key}?attempt=N&sig=S``
-where ``S`` is HMAC-SHA256 (hex) over the key and the attempt. The downstream needs
-no API token: the signature is its proof that hipq issued this URL for this try.
-Changing the key or the attempt breaks the signature; checks are constant-time.
+A launched try gets ``{public_url}/v1/responses/{correlation_key}?attempt=N&t=T&sig=S``
+where ``T`` is the job's token (random, made at enqueue, never reused) and ``S`` is
+HMAC-SHA256 (hex) over the key, the attempt and the token. The downstream needs no
+API token: the signature is its proof that hipq issued this URL for this try of
+this job. Changing any part breaks the signature; checks are constant-time. The
+token travels with the response into the inbox, and the reconcile loop applies it
+to that job's try only, so a URL keeps no power over a later job that reuses the
+key (a template key, in any queue), the id, or both.
 
 The signing key comes from ``signing_key`` in the config, or is generated once and
 stored in the database (``hipq_meta``), so every daemon of a cluster and every
@@ -28,16 +32,18 @@ class Signer:
             raise ValueError("the signing key must not be empty")
         self._key = key.encode()
 
-    def sign(self, correlation_key: str, attempt: int) -> str:
-        message = f"{attempt}\n{correlation_key}".encode()
+    def sign(self, correlation_key: str, attempt: int, token: str) -> str:
+        message = f"{attempt}\n{token}\n{correlation_key}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def verify(self, correlation_key: str, attempt: int, signature: str) -> bool:
-        expected = self.sign(correlation_key, attempt)
+    def verify(self, correlation_key: str, attempt: int, token: str, signature: str) -> bool:
+        expected = self.sign(correlation_key, attempt, token)
         return hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace"))
 
-    def callback_url(self, public_url: str, correlation_key: str, attempt: int) -> str:
-        query = urlencode({"attempt": attempt, "sig": self.sign(correlation_key, attempt)})
+    def callback_url(self, public_url: str, correlation_key: str, attempt: int,
+                     token: str) -> str:
+        query = urlencode({"attempt": attempt, "t": token,
+                           "sig": self.sign(correlation_key, attempt, token)})
         return f"{public_url.rstrip('/')}/v1/responses/{quote(correlation_key, safe='')}?{query}"
 
 

@@ -166,10 +166,10 @@ class Store(Protocol):
         claimed twice. Each claimed job gets attempt + 1, ``launched_at = now``, a
         deadline of ``now`` plus its timeout (or ``heartbeat_seconds`` if shorter),
         ``owner``, an unconfirmed launch and, unless its key is fixed, the
-        correlation key ``token.attempt``. For a claimed id in ``rate_groups`` a
-        launch event of its group is recorded in the same transaction. ``known``
-        holds the jobs as fetched (by id): a driver may build the answer from them
-        instead of reading the rows back.
+        correlation key ``~token.attempt`` (``GENERATED_KEY_PREFIX``). For a
+        claimed id in ``rate_groups`` a launch event of its group is recorded in
+        the same transaction. ``known`` holds the jobs as fetched (by id): a driver
+        may build the answer from them instead of reading the rows back.
         """
 
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],

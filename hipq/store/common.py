@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hipq.config import QueueConfig
-from hipq.errors import SchemaError, TransientStoreError
+from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreError
 from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import schema as s
 from hipq.store.due import DueShape
@@ -65,6 +65,10 @@ class SQLAlchemyStore(abc.ABC):
     # driver errors that mean "the database is unreachable: try again"
     _transient: ClassVar[tuple[type[BaseException], ...]] = (OperationalError, OSError,
                                                              ConnectionError)
+    # driver errors of a constraint that refused a write
+    _conflicts: ClassVar[tuple[type[BaseException], ...]] = (IntegrityError,)
+    # any other error the driver raises
+    _errors: ClassVar[tuple[type[BaseException], ...]] = (DBAPIError,)
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -88,7 +92,18 @@ class SQLAlchemyStore(abc.ABC):
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise TransientStoreError(f"database connection lost: {exc}") from exc
-            raise
+            raise self._translate(exc) from exc
+        except self._errors as exc:
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: BaseException) -> StoreError:
+        """A driver error as one of ours: its kind and the database's first line of
+        explanation, never the statement or its parameters."""
+        cause = getattr(exc, "orig", None) or exc
+        reason = (str(cause).strip().splitlines() or [""])[0][:300]
+        if isinstance(exc, self._conflicts) or isinstance(cause, self._conflicts):
+            return StoreConflict(f"the database refused the write: {reason}")
+        return StoreError(f"database error ({type(cause).__name__}): {reason}")
 
     async def _drop_pool(self) -> None:
         """After a connection error outside SQLAlchemy's sight (statements sent
@@ -125,19 +140,33 @@ class SQLAlchemyStore(abc.ABC):
             await conn.run_sync(s.metadata.create_all)
             for version in sorted(s.UPGRADES):
                 if current is not None and current < version:
-                    for statement in s.UPGRADES[version]:
-                        await conn.exec_driver_sql(statement)
+                    for step in s.UPGRADES[version]:
+                        await self._upgrade(conn, step)
             stmt = self._insert(s.meta).values(key="schema_version",
                                                value=str(s.SCHEMA_VERSION))
             await conn.execute(stmt.on_conflict_do_update(
                 index_elements=["key"], set_={"value": str(s.SCHEMA_VERSION)}))
         return s.SCHEMA_VERSION
 
+    @staticmethod
+    async def _upgrade(conn: AsyncConnection, step: str | s.AddColumn) -> None:
+        if isinstance(step, s.AddColumn):
+            table = step.table
+            columns = await conn.run_sync(
+                lambda c: {col["name"] for col in sa.inspect(c).get_columns(table)})
+            statement = step.statement(columns)
+            if statement is None:
+                return
+            step = statement
+        await conn.exec_driver_sql(step)
+
     async def check_schema(self) -> None:
         try:
             async with self._tx() as conn:
                 version = await self._version(conn)
-        except DBAPIError:
+        except TransientStoreError:
+            raise
+        except StoreError:
             version = None
         if version != s.SCHEMA_VERSION:
             raise SchemaError(f"database schema is at version {version}, expected "

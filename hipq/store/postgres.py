@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi as _adapted
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from hipq.errors import StoreError, TransientStoreError
 from hipq.frozen import evolver
 from hipq.jobs import Job, JobState
 from hipq.store import pgsql
@@ -69,7 +70,7 @@ _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
                   "statuses": "status", "retryables": "retryable", "results": "result",
                   "errors": "error", "extend_seconds": "extend_seconds", "sources": "source",
-                  "dedup_keys": "dedup_key", "received_ats": "received_at"}
+                  "dedup_keys": "dedup_key", "received_ats": "received_at", "tokens": "token"}
 _INBOX_JSON = frozenset({"result", "error"})
 
 
@@ -86,6 +87,8 @@ class PostgresStore(SQLAlchemyStore):
                   asyncpg.InternalClientError, asyncpg.CannotConnectNowError,
                   asyncpg.AdminShutdownError, _adapted.InterfaceError,
                   _adapted.OperationalError, _adapted.InternalClientError)
+    _conflicts = (*SQLAlchemyStore._conflicts, asyncpg.IntegrityConstraintViolationError)
+    _errors = (*SQLAlchemyStore._errors, asyncpg.PostgresError)
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
@@ -214,7 +217,9 @@ class PostgresStore(SQLAlchemyStore):
         try:
             async with self._driver() as db:
                 await db.execute(SQL["vacuum"].sql)
-        except asyncpg.InsufficientPrivilegeError as exc:
+        except TransientStoreError:
+            raise
+        except StoreError as exc:  # e.g. a role that may not vacuum
             log.warning("cannot vacuum the jobs table (%s); leaving it to autovacuum", exc,
                         extra={"action": "vacuum_refused"})
             return False

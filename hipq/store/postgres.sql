@@ -37,7 +37,7 @@ UPDATE jobs t SET
         ELSE :heartbeat_seconds::float8 END),
     owner = :owner::text, launch_confirmed = false, updated_at = :now::timestamptz,
     correlation_key = CASE WHEN t.correlation_fixed THEN t.correlation_key
-        ELSE t.token || '.' || (t.attempt + 1)::text END
+        ELSE '~' || t.token || '.' || (t.attempt + 1)::text END
 FROM chosen WHERE t.ctid = chosen.tid AND t.ctid = ANY(ARRAY(SELECT tid FROM chosen))
 RETURNING t.id, t.attempt, t.correlation_key, t.deadline
 
@@ -167,15 +167,15 @@ SELECT queue, id FROM pushed
 -- Responses, one array per column; a repeated dedup_key (in the table or earlier
 -- in the batch) is not inserted.
 INSERT INTO response_inbox (correlation_key, attempt, status, retryable, result, error,
-                            extend_seconds, source, dedup_key, received_at)
+                            extend_seconds, source, dedup_key, received_at, token)
 SELECT u.correlation_key, u.attempt, u.status, u.retryable, u.result::jsonb,
-       u.error::jsonb, u.extend_seconds, u.source, u.dedup_key, u.received_at
+       u.error::jsonb, u.extend_seconds, u.source, u.dedup_key, u.received_at, u.token
 FROM unnest(:correlation_keys::text[], :attempts::int4[], :statuses::text[],
             :retryables::bool[], :results::text[], :errors::text[],
             :extend_seconds::float8[], :sources::text[], :dedup_keys::text[],
-            :received_ats::timestamptz[])
+            :received_ats::timestamptz[], :tokens::text[])
     AS u(correlation_key, attempt, status, retryable, result, error, extend_seconds,
-         source, dedup_key, received_at)
+         source, dedup_key, received_at, token)
 ON CONFLICT DO NOTHING RETURNING id, dedup_key
 
 -- name: inbox_mark

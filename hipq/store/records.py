@@ -61,6 +61,7 @@ class Response:
     extend_seconds: float | None = None
     source: str = "api"
     dedup_key: str | None = None
+    token: str | None = None  # a signed callback's job: applies to no other job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +76,7 @@ class InboxRow:
     extend_seconds: float | None
     source: str
     received_at: datetime
+    token: str | None = None
 
 
 class ChangeKind(StrEnum):

@@ -48,7 +48,7 @@ def inbox_row(r: Any) -> InboxRow:
     return InboxRow(id=r["id"], correlation_key=r["correlation_key"], attempt=r["attempt"],
                     status=r["status"], retryable=r["retryable"], result=r["result"],
                     error=r["error"], extend_seconds=r["extend_seconds"],
-                    source=r["source"], received_at=r["received_at"])
+                    source=r["source"], received_at=r["received_at"], token=r["token"])
 
 
 def inbox_values(r: Any, received_at: Any) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def inbox_values(r: Any, received_at: Any) -> dict[str, Any]:
     return {"correlation_key": r.correlation_key, "attempt": r.attempt, "status": r.status,
             "retryable": r.retryable, "result": r.result, "error": r.error,
             "extend_seconds": r.extend_seconds, "source": r.source,
-            "dedup_key": r.dedup_key, "received_at": received_at}
+            "dedup_key": r.dedup_key, "received_at": received_at, "token": r.token}
 
 
 def inbox_ids_in_order(responses: Sequence[Any],

@@ -9,6 +9,7 @@ never as bind parameters, so PostgreSQL's generic plans can still use the indexe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,17 +19,35 @@ from sqlalchemy.engine import Dialect
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+@dataclass(frozen=True, slots=True)
+class AddColumn:
+    """An upgrade step that adds a column unless it is there (``create_all`` makes
+    missing tables whole, never missing columns of existing ones)."""
+
+    table: str
+    column: str
+    sql_type: str
+
+    def statement(self, existing: set[str]) -> str | None:
+        if self.column in existing:
+            return None
+        return f"ALTER TABLE {self.table} ADD COLUMN {self.column} {self.sql_type}"
+
 
 # Upgrades of an existing database, by the version they lead to (``migrate`` runs
 # those above the stored version, after creating what is missing).
-UPGRADES: dict[int, list[str]] = {
+UPGRADES: dict[int, list[str | AddColumn]] = {
     # 2: the unique index on jobs.correlation_key leaves out jobs without a key;
     # job_attempts loses an index no query used
     2: ["DROP INDEX IF EXISTS ux_jobs_correlation_key",
         "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key) "
         "WHERE correlation_key IS NOT NULL",
         "DROP INDEX IF EXISTS ix_job_attempts_finished"],
+    # 3: a response from a signed callback URL carries the token of the job it was
+    # issued for (applied only to that job's try)
+    3: [AddColumn("response_inbox", "token", "TEXT")],
 }
 
 
@@ -179,6 +198,7 @@ response_inbox = sa.Table(
     sa.Column("received_at", UTCDateTime, nullable=False),
     sa.Column("applied_at", UTCDateTime),
     sa.Column("outcome", sa.Text),
+    sa.Column("token", sa.Text),  # the job a signed callback URL was issued for
 )
 _pending = response_inbox.c.applied_at.is_(None)
 sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,

@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from hipq.jobs import Job, JobState
+from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState
 from hipq.store import schema as s
 from hipq.store.common import JobKey, SQLAlchemyStore, stored_jobs
 from hipq.store.due import DueShape, due_query
@@ -94,7 +94,7 @@ class SQLiteStore(SQLAlchemyStore):
         if heartbeat_seconds is not None:
             seconds = sa.case((t.c.timeout_seconds < heartbeat_seconds, t.c.timeout_seconds),
                               else_=sa.literal(heartbeat_seconds, sa.Float))
-        new_key = t.c.token + "." + sa.cast(t.c.attempt + 1, sa.Text)
+        new_key = GENERATED_KEY_PREFIX + t.c.token + "." + sa.cast(t.c.attempt + 1, sa.Text)
         stmt = (t.update().where(t.c.queue == queue, t.c.status == s.QUEUED,
                                  t.c.id.in_(list(ids)))
                 .values(status=JobState.RUNNING.value, attempt=t.c.attempt + 1,

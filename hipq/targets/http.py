@@ -66,10 +66,12 @@ class HttpClient:
             raise TransientLaunchError("the HTTP client is not started")
         return self._session
 
-    def callback_url(self, correlation_key: str, attempt: int) -> str | None:
+    def callback_url(self, correlation_key: str, job: Job) -> str | None:
+        """The signed URL where the downstream reports this try of ``job``."""
         if self.signer is None or self.public_url is None:
             return None
-        return self.signer.callback_url(self.public_url, correlation_key, attempt)
+        return self.signer.callback_url(self.public_url, correlation_key, job.attempt,
+                                        job.token)
 
 
 def auth_header(auth: dict[str, str] | None) -> dict[str, str]:
@@ -101,7 +103,7 @@ class HttpTarget:
                 .replace("{id}", quote(job.id, safe="")))
 
     def body_for(self, job: Job, key: str) -> dict[str, Any]:
-        callback = self.client.callback_url(key, job.attempt) if self.client else None
+        callback = self.client.callback_url(key, job) if self.client else None
         return {"id": job.id, "queue": job.queue, "data": job.data, "attempt": job.attempt,
                 "max_attempts": job.max_attempts, "correlation_key": key,
                 "callback_url": callback}

@@ -220,7 +220,7 @@ class KafkaTarget:
         return render(self.config.key, scope)
 
     def body_for(self, job: Job, key: str) -> dict[str, Any]:
-        callback = self.http.callback_url(key, job.attempt) if self.http is not None else None
+        callback = self.http.callback_url(key, job) if self.http is not None else None
         return {"id": job.id, "queue": job.queue, "data": job.data, "attempt": job.attempt,
                 "max_attempts": job.max_attempts, "correlation_key": key,
                 "callback_url": callback}

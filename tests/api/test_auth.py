@@ -84,9 +84,10 @@ async def test_forged_tampered_and_replayed_signatures_change_nothing(
     await api.call("PUT", "/v1/jobs/s/j", {})
     [launch] = await downstream.wait_for(1)
     url = launch["callback_url"]
-    sig = parse_qs(urlsplit(url).query)["sig"][0]
+    query = parse_qs(urlsplit(url).query)
+    sig, token = query["sig"][0], query["t"][0]
     key = launch["correlation_key"]
-    forged_key = Signer("not-the-key").sign(key, 1)
+    forged_key = Signer("not-the-key").sign(key, 1, token)
     base = url.split("?")[0]
     attempts = [
         base,                                              # no signature
@@ -95,6 +96,7 @@ async def test_forged_tampered_and_replayed_signatures_change_nothing(
         _with(url, sig=forged_key),                        # signed with another key
         _with(url, sig=sig[:-1] + ("0" if sig[-1] != "0" else "1")),  # tampered
         _with(url, attempt="2"),                           # replayed to another attempt
+        _with(url, t="0" * 32),                            # another job's token
         _with(url.replace(key, "fixed-other"), ),          # another job's key
         _with(url, attempt="x"),
     ]
@@ -108,6 +110,6 @@ async def test_forged_tampered_and_replayed_signatures_change_nothing(
     status, stats = await api.call("GET", "/v1/stats")
     assert sum(stats["responses"].values()) == 0  # nothing reached the inbox
     # the genuine URL still works; the test key signs like the daemon does
-    assert Signer(SIGNING_KEY).verify(key, 1, sig)
+    assert Signer(SIGNING_KEY).verify(key, 1, token, sig)
     assert (await api.call("POST", url, {"result": "real"}, token=None))[0] == 202
     assert (await api.wait_job("s", "j", "succeeded"))["result"] == "real"

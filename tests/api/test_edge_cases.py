@@ -153,7 +153,7 @@ async def _history(api: Api, job_id: str, length: int) -> dict[str, Any] | None:
 async def test_unknown_key_is_buffered_then_unmatched(live: LiveFactory,
                                                       downstream: Downstream) -> None:
     lv, api, clock = await _start(live, downstream)
-    url = Signer(SIGNING_KEY).callback_url(api.base, "nobody-knows.1", 1)
+    url = Signer(SIGNING_KEY).callback_url(api.base, "nobody-knows.1", 1, "no-such-token")
     status, ack = await api.call("POST", url, {"result": 1}, token=None)
     assert status == 202
     assert ack["accepted"] is True

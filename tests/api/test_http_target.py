@@ -87,6 +87,6 @@ async def test_heartbeats_push_the_deadline(live: LiveFactory, downstream: Downs
 async def test_signing_key_is_generated_once_and_stored(store: Store) -> None:
     first = await load_signer(store, None)
     second = await load_signer(store, None)
-    assert first.sign("k.1", 1) == second.sign("k.1", 1)
+    assert first.sign("k.1", 1, "t") == second.sign("k.1", 1, "t")
     configured = await load_signer(store, "from-config")
-    assert configured.sign("k.1", 1) != first.sign("k.1", 1)
+    assert configured.sign("k.1", 1, "t") != first.sign("k.1", 1, "t")

@@ -15,15 +15,17 @@ from hipq.testing import FakeClock
 
 def test_signatures_bind_key_and_attempt() -> None:
     signer = Signer("k1")
-    sig = signer.sign("abc.1", 1)
-    assert signer.verify("abc.1", 1, sig)
-    assert not signer.verify("abc.1", 2, sig)
-    assert not signer.verify("abc.2", 1, sig)
-    assert not Signer("k2").verify("abc.1", 1, sig)
-    assert not signer.verify("abc.1", 1, sig.upper())
-    assert not signer.verify("abc.1", 1, "é")
-    url = signer.callback_url("http://h:1/", "a/b c", 3)
-    assert url == f"http://h:1/v1/responses/a%2Fb%20c?attempt=3&sig={signer.sign('a/b c', 3)}"
+    sig = signer.sign("abc.1", 1, "tok")
+    assert signer.verify("abc.1", 1, "tok", sig)
+    assert not signer.verify("abc.1", 2, "tok", sig)
+    assert not signer.verify("abc.2", 1, "tok", sig)
+    assert not signer.verify("abc.1", 1, "other", sig)
+    assert not Signer("k2").verify("abc.1", 1, "tok", sig)
+    assert not signer.verify("abc.1", 1, "tok", sig.upper())
+    assert not signer.verify("abc.1", 1, "tok", "é")
+    url = signer.callback_url("http://h:1/", "a/b c", 3, "tok")
+    assert url == (f"http://h:1/v1/responses/a%2Fb%20c?attempt=3&t=tok"
+                   f"&sig={signer.sign('a/b c', 3, 'tok')}")
 
 
 def test_auth_headers() -> None:

@@ -295,7 +295,7 @@ async def test_mark_running_claims(store: Store, clock: FakeClock) -> None:
     assert job.launched_at == now
     assert job.deadline == now + timedelta(seconds=90)
     assert job.launch_confirmed is False
-    assert job.correlation_key == "tok-j1.1"
+    assert job.correlation_key == "~tok-j1.1"
     assert await get(store, "j1") == job
 
 
@@ -318,7 +318,7 @@ async def test_mark_running_keeps_a_fixed_correlation_key(store: Store,
 
 async def test_mark_running_key_follows_the_attempt(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1", attempt=2))
-    assert (job.attempt, job.correlation_key) == (3, "tok-j1.3")
+    assert (job.attempt, job.correlation_key) == (3, "~tok-j1.3")
 
 
 async def test_mark_running_skips_jobs_not_queued(store: Store, clock: FakeClock) -> None:
@@ -435,7 +435,7 @@ async def test_persist_guards_owner_and_attempt(store: Store, clock: FakeClock, 
                                                 attempt: int) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     [row_id] = await store.inbox_insert_many(
-        [Response(correlation_key="tok-j1.1")], now=clock.now())
+        [Response(correlation_key="~tok-j1.1")], now=clock.now())
     assert row_id is not None
     stale = [Change(kind=kind, queue=Q, id="j1", attempt=attempt, status="succeeded",
                     run_at=clock.now(), deadline=clock.now(), outcome="x", inbox_ids=(row_id,))
@@ -446,7 +446,7 @@ async def test_persist_guards_owner_and_attempt(store: Store, clock: FakeClock, 
 
     assert await get(store, "j1") == job
     assert await store.job_attempts(Q, "j1") == []
-    assert [r.id for r in await store.inbox_pending_for_keys(["tok-j1.1"])] == [row_id]
+    assert [r.id for r in await store.inbox_pending_for_keys(["~tok-j1.1"])] == [row_id]
 
 
 async def test_persist_applies_only_guarded_changes(store: Store, clock: FakeClock) -> None:
@@ -462,14 +462,14 @@ async def test_persist_marks_inbox_rows_in_the_same_transaction(store: Store,
                                                                 clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
     applied_id, other_id = await store.inbox_insert_many(
-        [Response(correlation_key="tok-j1.1"), Response(correlation_key="nobody")],
+        [Response(correlation_key="~tok-j1.1"), Response(correlation_key="nobody")],
         now=clock.now())
     assert applied_id is not None
     assert other_id is not None
 
     await store.persist_batch(changes=[archive(job, inbox_ids=(applied_id,))], owner=OWNER,
                               now=clock.now(), inbox=[(other_id, InboxOutcome.UNMATCHED)])
-    assert await store.inbox_pending_for_keys(["tok-j1.1", "nobody"]) == []
+    assert await store.inbox_pending_for_keys(["~tok-j1.1", "nobody"]) == []
 
 
 async def test_persist_inbox_marks_alone(store: Store, clock: FakeClock) -> None:
@@ -624,8 +624,8 @@ async def test_job_list_archived_newest_first(store: Store, clock: FakeClock) ->
 async def test_job_keys_lookup_finds_live_jobs(store: Store, clock: FakeClock) -> None:
     [job] = await start(store, clock, make_job(clock, "j1"))
 
-    found = await store.job_keys_lookup(["tok-j1.1", "nope"])
-    assert found == {"tok-j1.1": job}
+    found = await store.job_keys_lookup(["~tok-j1.1", "nope"])
+    assert found == {"~tok-j1.1": job}
 
 
 async def test_late_responses_are_recorded_on_the_history(store: Store,
@@ -633,11 +633,11 @@ async def test_late_responses_are_recorded_on_the_history(store: Store,
     [job] = await start(store, clock, make_job(clock, "j1"))
     await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
     [row_id] = await store.inbox_insert_many(
-        [Response(correlation_key="tok-j1.1", attempt=1, result={"late": True})],
+        [Response(correlation_key="~tok-j1.1", attempt=1, result={"late": True})],
         now=clock.now())
-    [row] = await store.inbox_pending_for_keys(["tok-j1.1"])
+    [row] = await store.inbox_pending_for_keys(["~tok-j1.1"])
 
-    assert await store.archived_by_attempt_keys(["tok-j1.1", "nope"]) == {"tok-j1.1": (Q, "j1")}
+    assert await store.archived_by_attempt_keys(["~tok-j1.1", "nope"]) == {"~tok-j1.1": (Q, "j1")}
     await store.attempt_record_late_many([(Q, "j1", row)], now=clock.now())
     assert [(a.attempt, a.outcome) for a in await store.job_attempts(Q, "j1")] == [
         (1, "succeeded"), (1, "late_response")]
