@@ -31,6 +31,7 @@ from hipq.errors import (
 )
 from hipq.jobs import GENERATED_KEY_PREFIX, JOB_ID_RE, Attempt, Job, JobState
 from hipq.responses import correlation
+from hipq.responses.batcher import Batcher
 from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
 from hipq.schemas import EnqueueRequest, ResponseRequest
@@ -61,6 +62,17 @@ class Hipq:
         self.on_work = on_work
         # queue settings for enqueues, read at most once per QUEUE_CACHE_SECONDS
         self._configs: dict[str, tuple[float, QueueConfig]] = {}
+        # group commit: concurrent responses share one INSERT, concurrent callbacks
+        # one lookup of their jobs
+        self._inbox: Batcher[Response, int | None] = Batcher(self._insert_responses)
+        self._keys: Batcher[str, Job | None] = Batcher(self._lookup_keys)
+
+    async def _insert_responses(self, responses: list[Response]) -> list[int | None]:
+        return await self.store.inbox_insert_many(responses, now=self.clock.now())
+
+    async def _lookup_keys(self, keys: list[str]) -> list[Job | None]:
+        found = await self.store.job_keys_lookup(keys)
+        return [found.get(key) for key in keys]
 
     def _wake(self) -> None:
         if self.on_work is not None:
@@ -202,13 +214,15 @@ class Hipq:
                               source: str = "api", dedup_key: str | None = None,
                               token: str | None = None) -> int | None:
         """Write a response durably into the inbox (applied at the next tick).
-        Returns the inbox row id, or None if ``dedup_key`` was seen before."""
-        (row_id,) = await self.store.inbox_insert_many(
-            [Response(correlation_key=correlation_key, attempt=response.attempt,
-                      status=response.status, retryable=response.retryable,
-                      result=response.result, error=response.error,
-                      extend_seconds=response.extend_seconds, source=source,
-                      dedup_key=dedup_key, token=token)], now=self.clock.now())
+        Returns the inbox row id, or None if ``dedup_key`` was seen before.
+        Concurrent calls share one INSERT (group commit); each returns only once
+        its own row is committed."""
+        row_id = await self._inbox.submit(
+            Response(correlation_key=correlation_key, attempt=response.attempt,
+                     status=response.status, retryable=response.retryable,
+                     result=response.result, error=response.error,
+                     extend_seconds=response.extend_seconds, source=source,
+                     dedup_key=dedup_key, token=token))
         self._wake()
         return row_id
 
@@ -235,7 +249,7 @@ class Hipq:
         on the job's history; an unknown key waits ``responses.buffer_seconds``).
         A repeat of the same final response is stored once (returns None)."""
         response = response.model_copy(update={"attempt": attempt})
-        job = (await self.store.job_keys_lookup([correlation_key])).get(correlation_key)
+        job = await self._keys.submit(correlation_key)
         if job is None:
             past = await self.store.archived_by_attempt_keys([correlation_key])
             if correlation_key in past:
