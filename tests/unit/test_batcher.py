@@ -60,6 +60,6 @@ async def test_a_failed_batch_fails_each_caller_and_the_next_one_runs() -> None:
                                    return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results)
     assert await batcher.submit(3) == 3
+    failures.append(RuntimeError("again"))
     with pytest.raises(RuntimeError):
-        failures.append(RuntimeError("again"))
         await batcher.submit(4)
