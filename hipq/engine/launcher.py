@@ -59,11 +59,15 @@ class Launcher:
         self._confirm: list[tuple[str, str, int]] = []
         self._outcomes: list[LaunchResult] = []
         self._flush_lock = asyncio.Lock()
+        self._outstanding: dict[str, int] = {}  # queue -> launches not answered yet
+        self._waiting: set[str] = set()  # queues whose claims waited for free slots
 
     def launch_many(self, launches: Sequence[tuple[Target, Job]]) -> None:
         """Send these jobs in the background, in order, ``concurrency`` at a time
         (one worker task per slot, not one task per job)."""
         self._pending.extend(launches)
+        for _, job in launches:
+            self._outstanding[job.queue] = self._outstanding.get(job.queue, 0) + 1
         while self._workers < self.concurrency and self._workers < len(self._pending):
             self._workers += 1
             self._spawn(self._worker())
@@ -81,7 +85,26 @@ class Launcher:
         finally:
             self._workers -= 1
 
+    def outstanding(self, queue: str) -> int:
+        """The queue's launches not answered yet (waiting for a worker, or sent)."""
+        return self._outstanding.get(queue, 0)
+
+    def wake_when_free(self, queue: str) -> None:
+        """Wake the loop when the next launch of ``queue`` is answered (its claims
+        were held back by the target's ``max_in_flight``)."""
+        self._waiting.add(queue)
+
     def _record(self, result: LaunchResult) -> None:
+        queue = result.job.queue
+        left = self._outstanding.get(queue, 1) - 1
+        if left > 0:
+            self._outstanding[queue] = left
+        else:
+            self._outstanding.pop(queue, None)
+        if queue in self._waiting:
+            self._waiting.discard(queue)
+            if self.on_wake is not None:
+                self.on_wake()
         if isinstance(result.outcome, Accepted):
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one
