@@ -1,4 +1,4 @@
--- hipq schema version 2. Generated from hipq/store/schema.py
+-- hipq schema version 3. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same.
 
 CREATE TABLE archived_jobs (
@@ -39,6 +39,8 @@ CREATE TABLE archived_jobs (
 CREATE INDEX ix_archived_jobs_correlation_key ON archived_jobs (correlation_key);
 
 CREATE INDEX ix_archived_jobs_finished ON archived_jobs (finished_at, queue, id);
+
+CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id);
 
 CREATE INDEX ix_archived_jobs_status ON archived_jobs (status, finished_at);
 

@@ -25,6 +25,17 @@ DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
 QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+DEFAULT_PLUGIN_MODULES = ("plugins", "hipq")
+MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
+
+
+def known_timezone(value: str) -> str:
+    """``value`` if it names an IANA time zone, else ``ValueError``."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(f"unknown timezone {value!r}") from None
+    return value
 
 
 class _Strict(BaseModel):
@@ -152,14 +163,17 @@ class QueueConfig(_Strict):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     paused: bool = False
 
+    @field_validator("id")
+    @classmethod
+    def _not_dot(cls, value: str) -> str:
+        if value in {".", ".."}:  # would rewrite a target URL's path
+            raise ValueError("a queue id may not be '.' or '..'")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown timezone {value!r}") from None
-        return value
+        return known_timezone(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> QueueConfig:
@@ -200,6 +214,14 @@ class ApiConfig(_Strict):
     tokens: list[TokenConfig] = Field(default_factory=list)
     max_body_bytes: int = Field(default=1048576, ge=1024)
     protect_metrics: bool = False
+    # /v1/stats, /metrics and the queue routes share counts at most this old
+    stats_max_age_seconds: float = Field(default=2.0, ge=0, le=2.0)
+    # without tokens, ``hipq run`` refuses a non-loopback host unless this is true
+    allow_insecure: bool = False
+    # modules (and their submodules) that plugins and Python targets named over
+    # ``POST /v1/jobs`` may come from; YAML may name any module
+    plugin_modules: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]] = Field(
+        default_factory=lambda: list(DEFAULT_PLUGIN_MODULES))
 
 
 class ReconcileConfig(_Strict):
@@ -272,6 +294,15 @@ class Settings(_Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     queues: list[QueueConfig] = Field(default_factory=list)
 
+    @field_validator("signing_key")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value and len(value) < MIN_SIGNING_KEY:
+            raise ValueError(f"signing_key must be at least {MIN_SIGNING_KEY} characters "
+                             f"(it has {len(value)}); leave it unset to have one generated "
+                             "and stored in the database")
+        return value
+
     @model_validator(mode="after")
     def _unique_queue_ids(self) -> Settings:
         seen: set[str] = set()
@@ -300,6 +331,19 @@ def substitute_env(text: str, env: dict[str, str], source: str) -> str:
     return _ENV_REF.sub(repl, text)
 
 
+def substitute_tree(node: Any, env: dict[str, str], source: str) -> Any:
+    """:func:`substitute_env` in every string value of parsed YAML. Done after
+    parsing, a value can never change the document's structure (a secret holding
+    `` #`` or ``: `` stays whole) and a ``${VAR}`` in a comment is never seen."""
+    if isinstance(node, str):
+        return substitute_env(node, env, source) if "${" in node else node
+    if isinstance(node, dict):
+        return {key: substitute_tree(value, env, source) for key, value in node.items()}
+    if isinstance(node, list):
+        return [substitute_tree(value, env, source) for value in node]
+    return node
+
+
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
     """Load settings from ``path`` (default ``./hipq.yaml`` if present, else built-ins)."""
     env = dict(os.environ) if env is None else env
@@ -322,7 +366,6 @@ def _read_yaml(path: Path, env: dict[str, str]) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
-    text = substitute_env(text, env, str(path))
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -335,7 +378,8 @@ def _read_yaml(path: Path, env: dict[str, str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys, "
                           f"got {type(raw).__name__}")
-    return raw
+    substituted: dict[str, Any] = substitute_tree(raw, env, str(path))
+    return substituted
 
 
 def parse_settings(raw: dict[str, Any], source: str = "<config>") -> Settings:

@@ -21,7 +21,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Upgrades of an existing database, by the version they lead to (``migrate`` runs
 # those above the stored version, after creating what is missing).
@@ -32,6 +32,9 @@ UPGRADES: dict[int, list[str]] = {
         "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key) "
         "WHERE correlation_key IS NOT NULL",
         "DROP INDEX IF EXISTS ix_job_attempts_finished"],
+    # 3: archived jobs listed by queue name (GET /v1/archived-jobs?name=) use an index
+    3: ["CREATE INDEX IF NOT EXISTS ix_archived_jobs_queue_finished "
+        "ON archived_jobs (queue, finished_at, id)"],
 }
 
 
@@ -167,6 +170,8 @@ archived_jobs = sa.Table(
     sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
 )
 sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,
+         archived_jobs.c.id)
+sa.Index("ix_archived_jobs_queue_finished", archived_jobs.c.queue, archived_jobs.c.finished_at,
          archived_jobs.c.id)
 sa.Index("ix_archived_jobs_status", archived_jobs.c.status, archived_jobs.c.finished_at)
 sa.Index("ix_archived_jobs_correlation_key", archived_jobs.c.correlation_key)
