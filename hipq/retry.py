@@ -95,7 +95,8 @@ def build_retry(config: RetryConfig) -> RetryFn:
     try:
         strategy = cls(**options)
     except TypeError as exc:
-        raise ConfigError(f"retry strategy {name!r}: bad options {options!r}: {exc}") from None
+        raise ConfigError(f"retry strategy {name!r}: bad options "  # names only: may be secret
+                          f"({', '.join(map(str, options)) or 'none'}): {exc}") from None
     return strategy.decide  # type: ignore[no-any-return]
 
 

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from tests.api.conftest import ADMIN, SIGNING_KEY, Api, Downstream, LiveFactory, http_queue
-
 from hipq.responses.signing import Signer
+from tests.api.conftest import ADMIN, SIGNING_KEY, Api, Downstream, LiveFactory, http_queue
 
 BROWSER_TYPES = ["text/plain", "application/x-www-form-urlencoded",
                  "multipart/form-data; boundary=x"]
