@@ -20,6 +20,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
+from hipq.values import INT32_MAX
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
@@ -27,6 +28,7 @@ QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 DEFAULT_PLUGIN_MODULES = ("plugins", "hipq")
 MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
+MAX_SECONDS = 10 * 365 * 86400.0  # durations beyond this would overflow a timestamp
 
 
 def known_timezone(value: str) -> str:
@@ -52,7 +54,7 @@ class HttpTarget(_Strict):
     kind: Literal["http"]
     url: str
     mode: Literal["callback", "sync"] = "callback"
-    timeout_seconds: float = Field(default=30.0, gt=0)
+    timeout_seconds: float = Field(default=30.0, gt=0, le=MAX_SECONDS)
     headers: dict[str, str] = Field(default_factory=dict)
     auth: dict[str, str] | None = None
     max_in_flight: int = Field(default=50, ge=1, le=10000)
@@ -144,13 +146,13 @@ class QueueConfig(_Strict):
     id: Annotated[str, Field(pattern=QUEUE_ID_PATTERN)]
     delivery_strategy: DeliveryStrategy = DeliveryStrategy.AT_LEAST_ONCE
     attempts: int = Field(default=3, ge=1, le=1000)
-    concurrency: int | None = Field(default=None, ge=1)
-    critical_concurrency: int | None = Field(default=None, ge=0)
+    concurrency: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    critical_concurrency: int | None = Field(default=None, ge=0, le=INT32_MAX)
     ordering: Ordering = Ordering.TIME_THEN_PRIORITY
-    aging_seconds: float | None = Field(default=None, gt=0)
-    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0)
-    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
-    default_weight: int = Field(default=1, ge=1)
+    aging_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0, le=MAX_SECONDS)
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    default_weight: int = Field(default=1, ge=1, le=INT32_MAX)
     timezone: str = "UTC"
     time_windows: list[TimeWindow] | None = None
     quotas: Quotas | None = None
