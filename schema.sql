@@ -40,6 +40,8 @@ CREATE INDEX ix_archived_jobs_correlation_key ON archived_jobs (correlation_key)
 
 CREATE INDEX ix_archived_jobs_finished ON archived_jobs (finished_at, queue, id);
 
+CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id);
+
 CREATE INDEX ix_archived_jobs_status ON archived_jobs (status, finished_at);
 
 CREATE TABLE hipq_meta (

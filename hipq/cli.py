@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import logging
 import signal
@@ -15,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
-from hipq.config import Settings, format_validation_error, load_config
+from hipq.config import ApiConfig, Settings, format_validation_error, load_config
 from hipq.daemon import Daemon, settle_heap
 from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
@@ -121,7 +122,35 @@ async def _reach(store: Store, settings: Settings) -> None:
         raise StoreError(f"cannot reach the database {where}: {exc}") from None
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost (or "", every address)
+
+
+def check_exposure(api: ApiConfig) -> None:
+    """SPEC 8: without tokens, the API listens only on a loopback address unless
+    ``api.allow_insecure`` says otherwise (then with a warning)."""
+    if not api.enabled or is_loopback(api.host):
+        return
+    if not api.tokens and not api.allow_insecure:
+        raise ConfigError(f"api.host {api.host!r} is not a loopback address and api.tokens "
+                          "is empty: anyone who reaches the port could drive hipq. Configure "
+                          "api.tokens, listen on 127.0.0.1, or set api.allow_insecure: true")
+    if not api.tokens:
+        log.warning("the API listens on %s without tokens (api.allow_insecure): anyone who "
+                    "reaches it can create queues and enqueue jobs", api.host,
+                    extra={"action": "api_insecure"})
+    else:
+        log.warning("the API listens on %s; it speaks plain HTTP: put TLS in front of it",
+                    api.host, extra={"action": "api_exposed"})
+
+
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    check_exposure(settings.api)
     daemon = Daemon(settings, migrate=not args.no_migrate)
     store = await open_store(settings.database.url, pool_size=1)
     try:

@@ -23,13 +23,25 @@ from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
 from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
 from hipq.throttling import windows
+from hipq.values import INT32_MAX
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
 DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
-DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process
+DEFAULT_PLUGIN_MODULES = ("plugins", "hipq")
+MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
+MAX_SECONDS = 10 * 365 * 86400.0  # durations beyond this would overflow a timestamp
+
+
+def known_timezone(value: str) -> str:
+    """``value`` if it names an IANA time zone, else ``ValueError``."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(f"unknown timezone {value!r}") from None
+    return value
 
 
 class _Strict(BaseModel):
@@ -46,7 +58,7 @@ class HttpTarget(_Strict):
     kind: Literal["http"]
     url: str
     mode: Literal["callback", "sync"] = "callback"
-    timeout_seconds: float = Field(default=30.0, gt=0)
+    timeout_seconds: float = Field(default=30.0, gt=0, le=MAX_SECONDS)
     headers: dict[str, str] = Field(default_factory=dict)
     auth: dict[str, str] | None = None
     max_in_flight: int = Field(default=50, ge=1, le=10000)
@@ -138,13 +150,13 @@ class QueueConfig(_Strict):
     id: Annotated[str, Field(pattern=QUEUE_ID_PATTERN)]
     delivery_strategy: DeliveryStrategy = DeliveryStrategy.AT_LEAST_ONCE
     attempts: int = Field(default=3, ge=1, le=1000)
-    concurrency: int | None = Field(default=None, ge=1)
-    critical_concurrency: int | None = Field(default=None, ge=0)
+    concurrency: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    critical_concurrency: int | None = Field(default=None, ge=0, le=INT32_MAX)
     ordering: Ordering = Ordering.TIME_THEN_PRIORITY
-    aging_seconds: float | None = Field(default=None, gt=0)
-    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0)
-    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0)
-    default_weight: int = Field(default=1, ge=1)
+    aging_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0, le=MAX_SECONDS)
+    heartbeat_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    default_weight: int = Field(default=1, ge=1, le=INT32_MAX)
     timezone: str = "UTC"
     time_windows: list[TimeWindow] | None = None
     quotas: Quotas | None = None
@@ -157,14 +169,17 @@ class QueueConfig(_Strict):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     paused: bool = False
 
+    @field_validator("id")
+    @classmethod
+    def _not_dot(cls, value: str) -> str:
+        if value in {".", ".."}:  # would rewrite a target URL's path
+            raise ValueError("a queue id may not be '.' or '..'")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown timezone {value!r}") from None
-        return value
+        return known_timezone(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> QueueConfig:
@@ -225,6 +240,14 @@ class ApiConfig(_Strict):
     tokens: list[TokenConfig] = Field(default_factory=list)
     max_body_bytes: int = Field(default=1048576, ge=1024)
     protect_metrics: bool = False
+    # /v1/stats, /metrics and the queue routes share counts at most this old
+    stats_max_age_seconds: float = Field(default=2.0, ge=0, le=2.0)
+    # without tokens, ``hipq run`` refuses a non-loopback host unless this is true
+    allow_insecure: bool = False
+    # modules (and their submodules) that plugins and Python targets named over
+    # ``POST /v1/jobs`` may come from; YAML may name any module
+    plugin_modules: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]] = Field(
+        default_factory=lambda: list(DEFAULT_PLUGIN_MODULES))
 
 
 class ReconcileConfig(_Strict):
@@ -322,6 +345,15 @@ class Settings(_Strict):
     queues: list[QueueConfig] = Field(default_factory=list)
     schedules: list[ScheduleConfig] = Field(default_factory=list)
 
+    @field_validator("signing_key")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value and len(value) < MIN_SIGNING_KEY:
+            raise ValueError(f"signing_key must be at least {MIN_SIGNING_KEY} characters "
+                             f"(it has {len(value)}); leave it unset to have one generated "
+                             "and stored in the database")
+        return value
+
     @model_validator(mode="after")
     def _unique_queue_ids(self) -> Settings:
         seen: set[str] = set()
@@ -353,6 +385,19 @@ def substitute_env(text: str, env: dict[str, str], source: str) -> str:
     return _ENV_REF.sub(repl, text)
 
 
+def substitute_tree(node: Any, env: dict[str, str], source: str) -> Any:
+    """:func:`substitute_env` in every string value of parsed YAML. Done after
+    parsing, a value can never change the document's structure (a secret holding
+    `` #`` or ``: `` stays whole) and a ``${VAR}`` in a comment is never seen."""
+    if isinstance(node, str):
+        return substitute_env(node, env, source) if "${" in node else node
+    if isinstance(node, dict):
+        return {key: substitute_tree(value, env, source) for key, value in node.items()}
+    if isinstance(node, list):
+        return [substitute_tree(value, env, source) for value in node]
+    return node
+
+
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
     """Load settings from ``path`` (default ``./hipq.yaml`` if present, else built-ins)."""
     env = dict(os.environ) if env is None else env
@@ -375,7 +420,6 @@ def _read_yaml(path: Path, env: dict[str, str]) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
-    text = substitute_env(text, env, str(path))
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -388,7 +432,8 @@ def _read_yaml(path: Path, env: dict[str, str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys, "
                           f"got {type(raw).__name__}")
-    return raw
+    substituted: dict[str, Any] = substitute_tree(raw, env, str(path))
+    return substituted
 
 
 def parse_settings(raw: dict[str, Any], source: str = "<config>") -> Settings:

@@ -188,7 +188,8 @@ def instantiate(path: str, options: Mapping[str, Any], method: str) -> Callable[
         try:
             obj = obj(**options)
         except TypeError as exc:
-            raise ConfigError(f"plugin {path!r}: bad options {dict(options)!r}: {exc}") from None
+            raise ConfigError(f"plugin {path!r}: bad options "  # names only: values may be secret
+                              f"({', '.join(map(str, options)) or 'none'}): {exc}") from None
         except Exception as exc:
             raise ConfigError(f"plugin {path!r}: failed to initialise: {exc!r}") from None
     bound = getattr(obj, method, None)

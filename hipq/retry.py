@@ -3,7 +3,10 @@
 ``decide(queue, strategy, ctx)`` applies the rules that hold whatever the
 strategy: ``max_attempts`` bounds all, ``retryable=False`` fails at once, and an
 ``at_most_once`` queue never retries a try whose outcome is unknown (``lost``,
-``timeout``). Only then is the strategy asked.
+``timeout``). Only then is the strategy asked. A downstream's ``Retry-After``
+(carried as ``retry_after`` in the error's data: seconds, or an ISO 8601 time)
+then moves the next try later if it asks for more than the strategy's delay,
+never earlier, and by at most :data:`MAX_RETRY_AFTER_SECONDS`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.config import RetryConfig
@@ -93,11 +96,37 @@ def build_retry(config: RetryConfig) -> RetryFn:
     try:
         strategy = cls(**options)
     except TypeError as exc:
-        raise ConfigError(f"retry strategy {name!r}: bad options {options!r}: {exc}") from None
+        raise ConfigError(f"retry strategy {name!r}: bad options "  # names only: may be secret
+                          f"({', '.join(map(str, options)) or 'none'}): {exc}") from None
     return strategy.decide  # type: ignore[no-any-return]
 
 
 _FALLBACK = Exponential()
+MAX_RETRY_AFTER_SECONDS = 86400.0  # a Retry-After further away than this is capped
+
+
+def retry_after(ctx: RetryContext) -> datetime | None:
+    """The earliest next try a downstream asked for (``Retry-After``), if any."""
+    data = ctx.error.data
+    raw = data.get("retry_after") if isinstance(data, dict) else None
+    latest = ctx.now + timedelta(seconds=MAX_RETRY_AFTER_SECONDS)
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
+        return min(ctx.now + timedelta(seconds=min(float(raw), MAX_RETRY_AFTER_SECONDS)),
+                   latest)
+    if isinstance(raw, str):
+        try:
+            when = datetime.fromisoformat(raw)
+        except ValueError:
+            return None
+        return min(when, latest) if when.tzinfo is not None else None
+    return None
+
+
+def _honour_retry_after(decision: Retry | GiveUp, ctx: RetryContext) -> Retry | GiveUp:
+    earliest = retry_after(ctx)
+    if isinstance(decision, Retry) and earliest is not None and earliest > decision.at:
+        return Retry(at=earliest, data=decision.data)
+    return decision
 
 
 def decide(queue: QueueSpec, strategy: RetryFn, ctx: RetryContext) -> Retry | GiveUp:
@@ -110,6 +139,10 @@ def decide(queue: QueueSpec, strategy: RetryFn, ctx: RetryContext) -> Retry | Gi
     if (queue.delivery_strategy is DeliveryStrategy.AT_MOST_ONCE
             and error.kind in UNKNOWN_OUTCOME_KINDS):
         return GiveUp(f"at_most_once queue: outcome of the try is unknown ({error.kind})")
+    return _honour_retry_after(_ask(queue, strategy, ctx), ctx)
+
+
+def _ask(queue: QueueSpec, strategy: RetryFn, ctx: RetryContext) -> Retry | GiveUp:
     try:
         decision = strategy(ctx)
     except Exception:

@@ -4,14 +4,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
-from hipq.config import TimeWindow
+from hipq.config import TimeWindow, known_timezone
 from hipq.jobs import DEFAULT_PRIORITY, JOB_ID_PATTERN
+from hipq.values import INT32_MAX, checked
 
-JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+
+def _not_dot(value: str) -> str:
+    if value in {".", ".."}:
+        raise ValueError("a job id may not be '.' or '..'")
+    return value
+
+
+def _in_utc_range(value: datetime) -> datetime:
+    """An aware time that converts to UTC (``9999-12-31T23:59:59-14:00`` does not)."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the time is out of range once converted to UTC") from None
+    return value
+
+
+JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN), AfterValidator(_not_dot)]
+# a JSON value from outside: bounded depth, finite in-range numbers, no NUL (hipq.values)
+JsonData = Annotated[dict[str, Any], AfterValidator(checked)]
+JsonAny = Annotated[Any, AfterValidator(checked)]
+Instant = Annotated[AwareDatetime, AfterValidator(_in_utc_range)]
+Key = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(checked)]
 
 
 class EnqueueRequest(BaseModel):
@@ -19,16 +42,16 @@ class EnqueueRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    data: dict[str, Any] = Field(default_factory=dict)
-    run_after: AwareDatetime | None = None
-    expires_at: AwareDatetime | None = None
+    data: JsonData = Field(default_factory=dict)
+    run_after: Instant | None = None
+    expires_at: Instant | None = None
     priority: int = Field(default=DEFAULT_PRIORITY, ge=-1_000_000, le=1_000_000)
     weight: int | None = Field(default=None, ge=1, le=1_000_000)
     time_windows: list[TimeWindow] | None = None
-    timezone: str | None = None
+    timezone: Annotated[str, AfterValidator(known_timezone)] | None = None
     timeout_seconds: float | None = Field(default=None, gt=0, le=365 * 86400)
-    correlation_key: Annotated[str, Field(min_length=1, max_length=500)] | None = None
-    ordering_key: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    correlation_key: Key | None = None
+    ordering_key: Key | None = None
     critical: bool = False
 
     def body_hash(self) -> str:
@@ -72,10 +95,10 @@ class ResponseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     status: Literal["succeeded", "failed", "running"] = "succeeded"
-    attempt: int | None = Field(default=None, ge=1)
+    attempt: int | None = Field(default=None, ge=1, le=INT32_MAX)
     retryable: bool | None = None
-    result: Any = None
-    error: Any = None
+    result: JsonAny = None
+    error: JsonAny = None
     extend_seconds: float | None = Field(default=None, gt=0, le=365 * 86400)
 
 

@@ -306,9 +306,9 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime, *, token: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
     ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
-    if not JOB_ID_RE.fullmatch(job_id):
+    if not JOB_ID_RE.fullmatch(job_id) or job_id in {".", ".."}:
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
-                              "[A-Za-z0-9_.:-]")
+                              "[A-Za-z0-9_.:-], and not '.' or '..'")
     weight = request.weight or config.default_weight
     if config.concurrency is not None and weight > config.concurrency:
         raise ValidationError(f"weight {weight} is larger than the queue's concurrency "

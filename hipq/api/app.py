@@ -11,8 +11,10 @@ from aiohttp import web
 from hipq.api.auth import TokenAuth
 from hipq.api.deps import DEPS, ApiDeps
 from hipq.api.errors import error_middleware
+from hipq.api.io import refuse_simple_content_type
 from hipq.api.openapi import build_openapi
 from hipq.api.routes import ROUTES, Handler, Route
+from hipq.api.stats_cache import STATS, StatsCache
 from hipq.config import ApiConfig
 
 API_VERSION = "1"
@@ -26,6 +28,7 @@ def effective_routes(config: ApiConfig) -> list[Route]:
 
 def _guarded(route: Route, auth: TokenAuth) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
+        refuse_simple_content_type(request)  # before auth: no page may post at all
         auth.check(request, route.role)
         return await route.handler(request)
 
@@ -36,6 +39,7 @@ def create_app(deps: ApiDeps) -> web.Application:
     app = web.Application(middlewares=[error_middleware],
                           client_max_size=deps.config.max_body_bytes)
     app[DEPS] = deps
+    app[STATS] = StatsCache(deps.service, max_age=deps.config.stats_max_age_seconds)
     auth = TokenAuth(deps.config.tokens)
     routes = effective_routes(deps.config)
     for route in routes:

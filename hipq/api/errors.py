@@ -13,12 +13,17 @@ method not allowed on the route             405     ``method_not_allowed``
 idempotency conflict, job not cancellable   409     ``conflict``
 response for a stale attempt                409     ``stale_response``
 body over ``api.max_body_bytes``            413     ``body_too_large``
+body sent as text/plain, a form...         415     ``unsupported_media_type``
 valid JSON failing validation (types,       422     ``invalid_request`` (pydantic
 unknown fields, ids, data not an object)            errors in ``details``) or
                                                     ``invalid``
 database unavailable                        503     ``store_unavailable``
 anything else (a bug; logged)               500     ``internal``
 ==========================================  ======  ==========================
+
+Error bodies never carry SQL, bind parameters, driver messages or stack traces:
+a database error answers "database unavailable" (503) or "internal error" (500)
+and its detail goes to the log only.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from hipq.errors import (
     ConflictError,
     HipqError,
     NotFound,
+    StoreError,
     TransientStoreError,
     ValidationError,
 )
@@ -51,6 +57,7 @@ _STATUS: list[tuple[type[HipqError], int]] = [
     (TransientStoreError, 503),
 ]
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large",
+               415: "unsupported_media_type",
                400: "bad_request", 401: "unauthorized", 403: "forbidden"}
 
 
@@ -94,8 +101,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         code = _HTTP_CODES.get(exc.status, "http_error")
         allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return error_response(exc.status, code, exc.reason, headers=allow)
-    except (OverflowError, RecursionError) as exc:
-        return error_response(422, "invalid_request", f"a value is out of range: {exc}")
+    except (OverflowError, RecursionError):
+        return error_response(422, "invalid_request", "a value is out of range")
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.path,
                       extra={"action": "api_error"})
@@ -103,9 +110,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def _hipq_error(request: web.Request, exc: HipqError) -> web.Response:
+    if isinstance(exc, StoreError):  # its text may hold SQL and parameters: log only
+        transient = isinstance(exc, TransientStoreError)
+        log.log(logging.WARNING if transient else logging.ERROR, "database error in %s %s: %s",
+                request.method, request.path, exc, extra={"action": "api_store_error"})
+        if transient:
+            return error_response(503, exc.code, "database unavailable")
+        return error_response(500, "internal", "internal error (logged)")
     for cls, status in _STATUS:
         if isinstance(exc, cls):
             return error_response(status, exc.code, str(exc))
     log.error("error in %s %s: %s", request.method, request.path, exc,
               extra={"action": "api_error"})
-    return error_response(500, exc.code, str(exc))
+    return error_response(500, "internal", "internal error (logged)")

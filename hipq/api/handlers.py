@@ -4,6 +4,7 @@ answer with the API models. No logic lives here."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
@@ -16,7 +17,6 @@ from hipq.api.errors import ApiError
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
 from hipq.api.models import (
     AcceptedOut,
-    ArchivedPage,
     ArchivedQuery,
     BatchEnvelope,
     CallbackQuery,
@@ -28,15 +28,23 @@ from hipq.api.models import (
     ResponseCounts,
     StatsOut,
 )
+from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
+from hipq.api.stats_cache import STATS
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
+from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
 from hipq.schemas import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus, QueueRecord, QueueStats
 
+log = logging.getLogger(__name__)
+
 RANDOM_ID = "random_id"
 _QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
 _JOB_ID = re.compile(JOB_ID_PATTERN)
+PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this much JSON
+FETCH_CHUNK = 50  # archived jobs read from the store at a time
+_DOTS = frozenset({".", ".."})  # path segments that would rewrite a target URL
 
 
 def _service(request: web.Request) -> Hipq:
@@ -45,14 +53,14 @@ def _service(request: web.Request) -> Hipq:
 
 def _queue_id(request: web.Request) -> str:
     queue = request.match_info["queue"]
-    if not _QUEUE_ID.fullmatch(queue):
+    if not _QUEUE_ID.fullmatch(queue) or queue in _DOTS:
         raise ApiError(422, "invalid_id", f"queue id must match {QUEUE_ID_PATTERN}")
     return queue
 
 
 def _ids(request: web.Request) -> tuple[str, str]:
     job_id = request.match_info["id"]
-    if not _JOB_ID.fullmatch(job_id):
+    if not _JOB_ID.fullmatch(job_id) or job_id in _DOTS:
         raise ApiError(422, "invalid_id", f"job id must match {JOB_ID_PATTERN}")
     return _queue_id(request), job_id
 
@@ -63,16 +71,23 @@ def job_out(job: Job, history: list[Attempt] | None = None) -> JobOut:
 
 
 def queue_out(record: QueueRecord, stats: QueueStats | None) -> QueueOut:
-    return QueueOut(id=record.id, paused=record.paused, config=record.config,
+    config = QueueConfig.model_validate(redacted(record.config))  # secrets: "***"
+    return QueueOut(id=record.id, paused=record.paused, config=config,
                     created_at=record.created_at, updated_at=record.updated_at,
                     stats=None if stats is None else QueueStatsOut.model_validate(
                         stats, from_attributes=True))
 
 
-async def _one_queue(service: Hipq, queue: str) -> QueueOut:
-    record = await service.get_queue(queue)
-    stats = {s.queue: s for s in await service.stats()}
-    return queue_out(record, stats.get(queue))
+async def _one_queue(request: web.Request, queue: str) -> QueueOut:
+    """One queue with its counts from the shared snapshot (no per-request scan); a
+    queue newer than the snapshot has no jobs yet: zeros."""
+    record = await _service(request).get_queue(queue)
+    stats = (await request.app[STATS].get()).queue(queue, paused=record.paused)
+    if stats is None:
+        stats = QueueStats(queue=queue, paused=record.paused, queued=0, due=0, running=0,
+                           running_weight=0, oldest_due_age_seconds=None,
+                           concurrency=record.config.concurrency)
+    return queue_out(record, stats)
 
 
 # -- queues ----------------------------------------------------------------------
@@ -80,29 +95,36 @@ async def _one_queue(service: Hipq, queue: str) -> QueueOut:
 
 async def create_queue(request: web.Request) -> web.Response:
     config = await read_body(request, QueueConfig)
-    created = await _service(request).create_queue(config)
-    return reply(await _one_queue(_service(request), config.id), 201 if created else 200)
+    check_plugin_modules(config, request.app[DEPS].config.plugin_modules)  # before any import
+    service = _service(request)
+    try:
+        stored: QueueConfig | None = (await service.get_queue(config.id)).config
+    except QueueNotFound:
+        stored = None
+    config = keep_secrets(config, stored)
+    created = await service.create_queue(config)
+    return reply(await _one_queue(request, config.id), 201 if created else 200)
 
 
 async def list_queues(request: web.Request) -> web.Response:
     service = _service(request)
-    stats = {s.queue: s for s in await service.stats()}
+    stats = {s.queue: s for s in (await request.app[STATS].get()).queues}
     records = await service.list_queues()
     return reply(QueueList(queues=[queue_out(r, stats.get(r.id)) for r in records]))
 
 
 async def get_queue(request: web.Request) -> web.Response:
-    return reply(await _one_queue(_service(request), _queue_id(request)))
+    return reply(await _one_queue(request, _queue_id(request)))
 
 
 async def pause_queue(request: web.Request) -> web.Response:
     await _service(request).set_paused(_queue_id(request), True)
-    return reply(await _one_queue(_service(request), _queue_id(request)))
+    return reply(await _one_queue(request, _queue_id(request)))
 
 
 async def resume_queue(request: web.Request) -> web.Response:
     await _service(request).set_paused(_queue_id(request), False)
-    return reply(await _one_queue(_service(request), _queue_id(request)))
+    return reply(await _one_queue(request, _queue_id(request)))
 
 
 # -- jobs ------------------------------------------------------------------------
@@ -144,7 +166,7 @@ def _batch_items(raw: list[Any]) -> list[tuple[str, EnqueueRequest | str]]:
 
 async def enqueue_batch(request: web.Request) -> web.Response:
     queue = _queue_id(request)
-    envelope = await read_body(request, BatchEnvelope)
+    envelope = await read_body(request, BatchEnvelope, check=False)  # items one by one
     parsed = _batch_items(envelope.jobs)
     valid = [(i, r) for i, r in parsed if isinstance(r, EnqueueRequest)]
     outcomes = iter(await _service(request).enqueue_many(queue, valid))
@@ -190,15 +212,34 @@ async def replay_job(request: web.Request) -> web.Response:
 
 
 async def archived_jobs(request: web.Request) -> web.Response:
+    """A page of at most ``limit`` jobs and about :data:`PAGE_BYTES` of JSON (at
+    least one job), read from the store in chunks so a page of large jobs is
+    never all in memory at once."""
     query = read_query(request, ArchivedQuery)
     after = decode_cursor(query.cursor) if query.cursor else None
-    jobs = await _service(request).list_archived(queue=query.name, status=query.status,
-                                                 limit=query.limit + 1, after=after)
-    page, more = jobs[:query.limit], len(jobs) > query.limit
+    service = _service(request)
+    page: list[str] = []
+    size, last, more, full = 0, None, True, False
+    while more and not full and len(page) < query.limit:
+        want = min(query.limit - len(page), FETCH_CHUNK)
+        jobs = await service.list_archived(queue=query.name, status=query.status,
+                                           limit=want + 1, after=after)
+        more = len(jobs) > want
+        for job in jobs[:want]:
+            text = job_out(job).model_dump_json()
+            if page and size + len(text) > PAGE_BYTES:
+                more = full = True
+                break
+            page.append(text)
+            size += len(text)
+            last = job
+        if last is not None and last.finished_at is not None:
+            after = (last.finished_at, last.queue, last.id)
     cursor = None
-    if more and page[-1].finished_at is not None:
-        cursor = encode_cursor(page[-1].finished_at, page[-1].queue, page[-1].id)
-    return reply(ArchivedPage(jobs=[job_out(j) for j in page], next_cursor=cursor))
+    if more and last is not None and last.finished_at is not None:
+        cursor = encode_cursor(last.finished_at, last.queue, last.id)
+    body = '{"jobs":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"
+    return web.Response(body=body.encode(), content_type="application/json")
 
 
 # -- responses -------------------------------------------------------------------
@@ -236,12 +277,18 @@ async def templated_response(request: web.Request) -> web.Response:
 
 
 async def stats(request: web.Request) -> web.Response:
-    service = _service(request)
-    queues = [QueueStatsOut.model_validate(s, from_attributes=True) for s in await service.stats()]
-    counts = ResponseCounts.model_validate(await service.response_counts())
+    snapshot = await request.app[STATS].get()
+    queues = [QueueStatsOut.model_validate(s, from_attributes=True) for s in snapshot.queues]
+    counts = ResponseCounts.model_validate(snapshot.responses)
     return reply(StatsOut(queues=queues, responses=counts))
 
 
 async def healthz(request: web.Request) -> web.Response:
-    await _service(request).store.ping()
+    """Open to anyone: says only whether the database answers (the cause is logged)."""
+    try:
+        await _service(request).store.ping()
+    except Exception as exc:  # whatever the driver raised, the answer is the same
+        log.warning("health check: the database does not answer: %s", exc,
+                    extra={"action": "healthz_failed"})
+        raise ApiError(503, "store_unavailable", "database unavailable") from None
     return reply(HealthOut(status="ok", database="ok"))

@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from hipq.api.errors import ApiError
+from hipq.values import MAX_DEPTH, json_problem
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+# Media types a web page may POST without a CORS preflight: refused, so no page
+# can drive the API from a browser (SPEC 8, "Hostile input").
+SIMPLE_CONTENT_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded",
+                                  "multipart/form-data"})
+# the body's own levels above a value's (e.g. ``{"data": ...}``): the models check
+# the values themselves at exactly MAX_DEPTH
+BODY_DEPTH = MAX_DEPTH + 2
+
+
+def refuse_simple_content_type(request: web.Request) -> None:
+    """415 for a body whose content type a browser sends without asking."""
+    if "Content-Type" in request.headers and request.content_type in SIMPLE_CONTENT_TYPES:
+        raise ApiError(415, "unsupported_media_type",
+                       "send JSON: 'Content-Type: application/json' (curl: --json)")
 
 
 def _check_text(value: Any) -> None:
@@ -35,28 +48,40 @@ def _check_text(value: Any) -> None:
 
 
 def parse_json(raw: bytes) -> Any:
+    """The JSON value of ``raw`` (400 if it is not JSON). ``NaN``, ``Infinity`` and
+    numbers too large for a float come back as non-finite floats, for the value
+    checks to refuse with 422 (one batch item, not the whole batch)."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}"[:300]) from None
-    if b"\\u0000" in raw:  # a NUL can only come escaped (raw control characters are invalid)
-        _check_text(value)
+
+
+def check_value(value: Any, *, max_depth: int = BODY_DEPTH) -> Any:
+    """``value`` if it is storable (:mod:`hipq.values`), else 422."""
+    problem = json_problem(value, max_depth=max_depth)
+    if problem is not None:
+        raise ApiError(422, "invalid_request", f"the body is not acceptable: {problem}")
     return value
 
 
-async def read_json(request: web.Request, *, empty: Any = None) -> Any:
-    """The body as JSON (``empty`` if there is none). A body over the app's
-    ``client_max_size`` raises 413 from aiohttp; the middleware answers it."""
+async def read_json(request: web.Request, *, empty: Any = None, check: bool = True) -> Any:
+    """The body as JSON (``empty`` if there is none), checked by :func:`check_value`
+    unless ``check`` is False (a batch checks its items one by one). A body over the
+    app's ``client_max_size`` raises 413 from aiohttp; the middleware answers it."""
+    refuse_simple_content_type(request)
     raw = await request.read()
     if not raw.strip():
         if empty is None:
             raise ApiError(400, "invalid_json", "a JSON body is required")
         return empty
-    return parse_json(raw)
+    value = parse_json(raw)
+    return check_value(value) if check else value
 
 
-async def read_body(request: web.Request, model: type[M], *, empty: Any = None) -> M:
-    return model.model_validate(await read_json(request, empty=empty))
+async def read_body(request: web.Request, model: type[M], *, empty: Any = None,
+                    check: bool = True) -> M:
+    return model.model_validate(await read_json(request, empty=empty, check=check))
 
 
 def read_query(request: web.Request, model: type[M]) -> M:
@@ -82,7 +107,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str, str]:
         at = datetime.fromisoformat(when)
         if at.tzinfo is None or not isinstance(queue, str) or not isinstance(job_id, str):
             raise ValueError("bad cursor")
-    except (ValueError, TypeError, UnicodeError):
+        at = at.astimezone(UTC)  # out of range once in UTC: OverflowError
+    except (ValueError, TypeError, UnicodeError, OverflowError):
         raise ApiError(400, "invalid_cursor", "the cursor is not one this API gave out") from None
     _check_text([queue, job_id])
     return at, queue, job_id

@@ -26,6 +26,7 @@ _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
 _DESCRIPTIONS = {200: "OK", 201: "Created", 202: "Accepted", 400: "Malformed request",
                  401: "Missing or bad token or signature", 403: "Role too low",
                  404: "Not found", 409: "Conflict", 413: "Body too large",
+                 415: "Not JSON: a content type a web page may send (text/plain, a form)",
                  422: "Invalid request", 503: "Database unavailable"}
 
 
@@ -54,6 +55,8 @@ def _error_statuses(route: Route) -> list[int]:
         statuses.append(403)
     if route.body is not None:
         statuses += [400, 413, 422]
+    if route.method != "GET":
+        statuses.append(415)
     if route.query is not None or "{" in route.path:
         statuses += [400, 422]
     if "{queue}" in route.path or "{id}" in route.path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from hipq.api.deps import DEPS
+from hipq.api.stats_cache import STATS
 
 DASHBOARD = """<!doctype html>
 <html><head><meta charset="utf-8"><title>hipq</title>
@@ -38,11 +38,11 @@ async def dashboard(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    service = request.app[DEPS].service
+    snapshot = await request.app[STATS].get()
     lines = []
     gauges = {"hipq_queue_queued": "queued", "hipq_queue_due": "due",
               "hipq_queue_running": "running", "hipq_queue_running_weight": "running_weight"}
-    stats = await service.stats()
+    stats = snapshot.queues
     for name, attr in gauges.items():
         lines.append(f"# TYPE {name} gauge")
         lines.extend(f'{name}{{queue="{s.queue}"}} {getattr(s, attr)}' for s in stats)
@@ -50,6 +50,6 @@ async def metrics(request: web.Request) -> web.Response:
     lines.extend(f'hipq_queue_lag_seconds{{queue="{s.queue}"}} {s.oldest_due_age_seconds or 0}'
                  for s in stats)
     lines.append("# TYPE hipq_responses gauge")
-    for outcome, count in sorted((await service.response_counts()).items()):
+    for outcome, count in sorted(snapshot.responses.items()):
         lines.append(f'hipq_responses{{outcome="{outcome}"}} {count}')
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

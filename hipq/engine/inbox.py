@@ -135,6 +135,7 @@ class Inbox:
         past = await self.store.archived_by_attempt_keys([k for k in keys if k not in live])
         late: list[tuple[str, str, InboxRow]] = []
         marks: list[tuple[int, InboxOutcome]] = []
+        unmatched: list[str] = []
         expiry = now - self.buffer
         for row in rows:
             if row.correlation_key in live:
@@ -145,7 +146,10 @@ class Inbox:
                 marks.append((row.id, InboxOutcome.LATE))
             elif row.received_at < expiry:
                 marks.append((row.id, InboxOutcome.UNMATCHED))
-                log.warning("unmatched response for correlation key %s", row.correlation_key,
-                            extra={"action": "response_unmatched"})
+                unmatched.append(row.correlation_key)
+        if unmatched:  # one line per sweep, however many (a flood must not flood the log)
+            log.warning("%d unmatched response(s), e.g. correlation key %.100r",
+                        len(unmatched), unmatched[0], extra={"action": "response_unmatched",
+                                                             "count": len(unmatched)})
         await self.store.attempt_record_late_many(late, now=now)
         await self.store.inbox_mark_many(marks, now=now)

@@ -30,13 +30,19 @@ The response fields are read from the JSON value at ``kafka.response_fields``
 ``attempt``, ``extend_seconds``; a missing ``attempt`` falls back to the
 ``Hipq-Attempt`` header). A message whose value is not a JSON object, whose
 fields are invalid, or that yields no key is *malformed*: counted, logged once
-with its topic/partition/offset, and skipped (its offset is committed).
+with its topic/partition/offset, and skipped (its offset is committed). The
+parser refuses whatever a store could not hold (``hipq.values``: NUL characters,
+non-finite numbers, integers out of range, deep nesting; an ``attempt`` above
+2^31-1; a key over 500 characters), so a poison message never reaches the insert.
+Should an insert still fail for a reason other than the database being down,
+the batch is written message by message and the ones that fail are skipped the
+same way: one bad message never stalls the partition.
 
 Connection loss: the consumer reconnects with a doubling back-off
 (``reconnect_backoff_seconds`` .. ``reconnect_backoff_max_seconds``); the daemon
-keeps running meanwhile. Test hook: with ``HIPQ_TEST_KAFKA_PAUSE_AFTER_INBOX``
-set to a file path, the consumer writes that file after its first inbox insert
-and then waits forever without committing, so a test can SIGKILL it right there.
+keeps running meanwhile. Test hook: a consumer built with ``pause_file`` (a
+path) writes that file after its first inbox insert and then waits forever
+without committing, so a test can SIGKILL it right there.
 """
 
 from __future__ import annotations
@@ -45,7 +51,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +62,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hipq.clock import Clock, SystemClock
 from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
-from hipq.errors import HipqError
+from hipq.errors import HipqError, TransientStoreError
 from hipq.responses.correlation import TemplateError, response_key
 from hipq.schemas import ResponseRequest
 from hipq.store import Response, Store
@@ -67,7 +72,7 @@ log = logging.getLogger(__name__)
 CORRELATION_HEADER = "Hipq-Correlation-Key"
 QUEUE_HEADER = "Hipq-Queue"
 ATTEMPT_HEADER = "Hipq-Attempt"
-PAUSE_ENV = "HIPQ_TEST_KAFKA_PAUSE_AFTER_INBOX"
+MAX_KEY_CHARS = 500  # a correlation key longer than this is malformed
 POLL_TIMEOUT_MS = 500
 TEMPLATE_REFRESH_SECONDS = 5.0
 STOP_GRACE_SECONDS = 10.0
@@ -86,7 +91,7 @@ class ConsumerStats:
     consumed: int = 0
     inserted: int = 0
     duplicates: int = 0  # already in the inbox (re-delivered after a crash or rebalance)
-    malformed: int = 0
+    malformed: int = 0  # skipped: not a response hipq can store
     commits: int = 0
     commit_failures: int = 0
     connects: int = 0
@@ -105,7 +110,7 @@ class ResponseParser:
         headers = _headers(record.headers)
         value = _json_object(record.value)
         key = None if record.key is None else bytes(record.key).decode("utf-8", "replace")
-        correlation_key = self._correlation_key(key, value, headers)
+        correlation_key = _storable_key(self._correlation_key(key, value, headers))
         response = self._fields(value, headers)
         return Response(correlation_key=correlation_key, attempt=response.attempt,
                         status=response.status, retryable=response.retryable,
@@ -159,12 +164,19 @@ def _headers(raw: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
     return {name: (value or b"").decode("utf-8", "replace") for name, value in raw or ()}
 
 
+def _storable_key(key: str) -> str:
+    if "\x00" in key or len(key) > MAX_KEY_CHARS:
+        raise MalformedMessage(f"the correlation key is not storable (NUL characters or "
+                               f"over {MAX_KEY_CHARS} characters)")
+    return key
+
+
 def _json_object(raw: bytes | None) -> dict[str, Any]:
     if raw is None:
         raise MalformedMessage("the message has no value")
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise MalformedMessage("the value is not JSON") from None
     if not isinstance(value, dict):
         raise MalformedMessage(f"the value is JSON {type(value).__name__}, not an object")
@@ -193,7 +205,7 @@ class KafkaResponseConsumer:
         self.stats = ConsumerStats()
         self.parser = ResponseParser(config.response_fields)
         self.assigned = asyncio.Event()  # set once the group gave us partitions
-        self._pause_file = pause_file if pause_file is not None else os.environ.get(PAUSE_ENV)
+        self._pause_file = pause_file
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._templates_at = float("-inf")
@@ -266,16 +278,16 @@ class KafkaResponseConsumer:
     async def _handle(self, consumer: AIOKafkaConsumer,
                       batches: Mapping[TopicPartition, Sequence[Any]]) -> None:
         await self._refresh_templates()
-        responses: list[Response] = []
+        parsed: list[tuple[Any, Response]] = []
         for records in batches.values():
             for record in records:
                 self.stats.consumed += 1
-                parsed = self._parse(record)
-                if parsed is not None:
-                    responses.append(parsed)
+                response = self._parse(record)
+                if response is not None:
+                    parsed.append((record, response))
         try:
-            ids = await self.store.inbox_insert_many(responses, now=self.clock.now())
-        except HipqError as exc:
+            ids = await self._insert(parsed)
+        except TransientStoreError as exc:
             self.stats.errors += 1
             for tp, records in batches.items():  # nothing committed: read them again
                 consumer.seek(tp, records[0].offset)
@@ -293,6 +305,36 @@ class KafkaResponseConsumer:
                                       for tp, records in batches.items() if records})
         if fresh and self.on_work is not None:
             self.on_work()
+
+    async def _insert(self, parsed: Sequence[tuple[Any, Response]]) -> list[int | None]:
+        """Insert the batch; if the database refuses it (not merely down), insert
+        message by message and skip those it refuses. Raises only
+        :class:`TransientStoreError` (then nothing may be committed)."""
+        now = self.clock.now()
+        try:
+            return await self.store.inbox_insert_many([r for _, r in parsed], now=now)
+        except TransientStoreError:
+            raise
+        except Exception as exc:  # a message the database will not hold: find it
+            if len(parsed) <= 1:
+                self._skip(parsed[0][0] if parsed else None, exc)
+                return []
+        ids: list[int | None] = []
+        for record, response in parsed:
+            try:
+                ids += await self.store.inbox_insert_many([response], now=now)
+            except TransientStoreError:
+                raise
+            except Exception as exc:
+                self._skip(record, exc)
+        return ids
+
+    def _skip(self, record: Any, exc: BaseException) -> None:
+        self.stats.malformed += 1
+        where = ("?", -1, -1) if record is None else (record.topic, record.partition,
+                                                      record.offset)
+        log.warning("skipping a Kafka response the database refused at %s/%d offset %d: %s",
+                    *where, type(exc).__name__, extra={"action": "kafka_response_malformed"})
 
     def _parse(self, record: Any) -> Response | None:
         try:

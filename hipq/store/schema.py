@@ -46,8 +46,11 @@ UPGRADES: dict[int, list[str | AddColumn]] = {
         "WHERE correlation_key IS NOT NULL",
         "DROP INDEX IF EXISTS ix_job_attempts_finished"],
     # 3: a response from a signed callback URL carries the token of the job it was
-    # issued for (applied only to that job's try)
-    3: [AddColumn("response_inbox", "token", "TEXT")],
+    # issued for (applied only to that job's try); archived jobs listed by queue
+    # name (GET /v1/archived-jobs?name=) use an index
+    3: [AddColumn("response_inbox", "token", "TEXT"),
+        "CREATE INDEX IF NOT EXISTS ix_archived_jobs_queue_finished "
+        "ON archived_jobs (queue, finished_at, id)"],
 }
 
 
@@ -163,6 +166,8 @@ archived_jobs = sa.Table(
     sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
 )
 sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,
+         archived_jobs.c.id)
+sa.Index("ix_archived_jobs_queue_finished", archived_jobs.c.queue, archived_jobs.c.finished_at,
          archived_jobs.c.id)
 sa.Index("ix_archived_jobs_status", archived_jobs.c.status, archived_jobs.c.finished_at)
 sa.Index("ix_archived_jobs_correlation_key", archived_jobs.c.correlation_key)

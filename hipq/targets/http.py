@@ -15,6 +15,13 @@ How answers map to outcomes:
   failure; no answer within ``timeout_seconds`` is a ``timeout`` (its outcome is
   unknown, so an ``at_most_once`` queue does not retry it).
 
+Hostile downstreams: at most :data:`MAX_ANSWER_BYTES` of an answer are read (and
+kept); redirects are not followed (a 3xx is a retryable failure); NUL characters
+and non-finite numbers in an answer never reach the store. A 429 or 503 with
+``Retry-After`` (seconds, or an HTTP date) puts ``retry_after`` (seconds as a
+number, or an ISO 8601 time) in the try's error data; ``hipq.retry.decide`` then
+waits at least that long before the next try.
+
 All targets of a daemon share one keep-alive :class:`HttpClient` session; each
 target (one per queue) bounds its own requests in flight (``max_in_flight``).
 """
@@ -24,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -34,12 +43,15 @@ from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
 from hipq.responses.signing import Signer
 from hipq.targets.base import ACCEPTED, Completed, LaunchOutcome
+from hipq.values import json_problem
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
 CONNECTION_LIMIT = 200  # sockets in the shared pool, across every downstream
 KEEPALIVE_SECONDS = 30.0
 BODY_EXCERPT = 2000  # characters of a failing answer kept on the try
 RETRYABLE_4XX = frozenset({408, 429})
+MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
+RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 
 class HttpClient:
@@ -118,9 +130,10 @@ class HttpTarget:
             try:
                 async with self.client.session.post(
                         self.url_for(job), json=self.body_for(job, key), headers=headers,
-                        timeout=self._timeout) as answer:
-                    text = await answer.text(errors="replace")
-                    return self._outcome(answer.status, answer.content_type, text)
+                        timeout=self._timeout, allow_redirects=False) as answer:
+                    text = await read_capped(answer)
+                    outcome = self._outcome(answer.status, answer.content_type, text)
+                    return with_retry_after(outcome, answer)
             except TimeoutError:
                 raise TransientLaunchError(f"no answer within {self.config.timeout_seconds}s",
                                            kind=ErrorKind.TIMEOUT) from None
@@ -142,12 +155,51 @@ class HttpTarget:
                                 "body": text[:BODY_EXCERPT]})
 
 
+async def read_capped(answer: aiohttp.ClientResponse) -> str:
+    """At most MAX_ANSWER_BYTES of the answer, as text without NUL characters."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < MAX_ANSWER_BYTES:
+        chunk = await answer.content.read(MAX_ANSWER_BYTES - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    text = b"".join(chunks).decode(answer.charset or "utf-8", errors="replace")
+    return text.replace("\x00", "\ufffd")
+
+
+def retry_after(answer: aiohttp.ClientResponse) -> float | str | None:
+    """The answer's ``Retry-After``: seconds (a number) or an aware ISO time."""
+    raw = answer.headers.get("Retry-After", "").strip()
+    if not raw or answer.status not in RETRY_AFTER_STATUSES:
+        return None
+    if raw.isdigit():
+        return float(min(int(raw[:12]), 10**9))
+    try:
+        when = parsedate_to_datetime(raw)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when.astimezone(UTC).isoformat()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def with_retry_after(outcome: LaunchOutcome, answer: aiohttp.ClientResponse) -> LaunchOutcome:
+    after = retry_after(answer)
+    if after is None or not isinstance(outcome, Completed) or outcome.status != "failed":
+        return outcome
+    return Completed(status="failed", retryable=outcome.retryable, kind=outcome.kind,
+                     error={**(outcome.error or {}), "retry_after": after})
+
+
 def _parse(content_type: str, text: str) -> Any:
     if not text:
         return None
     if content_type == "application/json" or content_type.endswith("+json"):
         try:
-            return json.loads(text)
-        except ValueError:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
             return text
+        return text if json_problem(value) is not None else value  # unstorable: keep text
     return text

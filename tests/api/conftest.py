@@ -21,7 +21,7 @@ from hipq.daemon import Daemon
 ADMIN = "admin-token-0123456789"
 PRODUCER = "producer-token-0123456789"
 READER = "reader-token-0123456789"
-SIGNING_KEY = "test-signing-key"
+SIGNING_KEY = "test-signing-key-0123456789abcdefghij"
 TOKENS = [{"token": ADMIN, "role": "admin"}, {"token": PRODUCER, "role": "producer"},
           {"token": READER, "role": "reader"}]
 
@@ -133,7 +133,10 @@ class Live:
 def settings_for(db_url: str, **extra: Any) -> Settings:
     raw: dict[str, Any] = {
         "database": {"url": db_url},
-        "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS},
+        # counts fresh on every read (tests check them right after a change); the
+        # 2 s default has its own test (tests/api/test_hostile.py)
+        "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS,
+                "stats_max_age_seconds": 0},
         "reconcile": {"interval_seconds": 0.2, "lease_seconds": 30},
         "signing_key": SIGNING_KEY,
         "logging": {"level": "INFO"},

@@ -25,7 +25,7 @@ async def test_malformed_and_invalid_bodies(live: LiveFactory) -> None:
     api = await _api(live)
     cases: list[tuple[str, str, Any, bytes | None, int, str]] = [
         ("PUT", "/v1/jobs/q/a", None, b"{not json", 400, "invalid_json"),
-        ("PUT", "/v1/jobs/q/a", None, b'{"data": NaN}', 400, "invalid_json"),
+        ("PUT", "/v1/jobs/q/a", None, b'{"data": {"x": NaN}}', 422, "invalid_request"),
         ("PUT", "/v1/jobs/q/a", None, b"[" * 100_0 + b"]" * 100_0, 400, "invalid_json"),
         ("PUT", "/v1/jobs/q/a", {"data": [1, 2]}, None, 422, "invalid_request"),
         ("PUT", "/v1/jobs/q/a", {"data": "text"}, None, 422, "invalid_request"),
@@ -43,7 +43,7 @@ async def test_malformed_and_invalid_bodies(live: LiveFactory) -> None:
         ("GET", "/v1/jobs/q%0A/a", None, None, 422, "invalid_id"),
         ("POST", "/v1/jobs", {"id": "q2", "attempts": 0}, None, 422, "invalid_request"),
         ("POST", "/v1/jobs", {"id": "q2", "colour": "red"}, None, 422, "invalid_request"),
-        ("POST", "/v1/jobs", {"id": "q2", "retry": {"plugin": "nope.nope:x"}}, None, 422,
+        ("POST", "/v1/jobs", {"id": "q2", "retry": {"plugin": "plugins.nope:x"}}, None, 422,
          "invalid"),
         ("POST", "/v1/jobs/q/batch", {"jobs": "all"}, None, 422, "invalid_request"),
         ("POST", "/v1/jobs/q/a", {"status": "maybe", "attempt": 1}, None, 422,

@@ -61,7 +61,9 @@ def readme_commands() -> list[str]:
 async def hipq_run(tmp_path: Path, db_url: str) -> AsyncIterator[str]:
     """A ``hipq run`` subprocess (on SQLite and on PostgreSQL); yields its base URL."""
     config = {"database": {"url": db_url},
-              "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS},
+              # stats fresh on every read: the last example checks them at once
+              "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS,
+                      "stats_max_age_seconds": 0},
               "reconcile": {"interval_seconds": 0.5}, "signing_key": SIGNING_KEY}
     (tmp_path / "hipq.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}

@@ -58,7 +58,8 @@ class ApiThread:
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         store = await open_store(self.db_url)
-        config = ApiConfig(port=0, tokens=[TokenConfig(token=ADMIN, role="admin")])
+        config = ApiConfig(port=0, tokens=[TokenConfig(token=ADMIN, role="admin")],
+                           stats_max_age_seconds=0)  # counts read back at once
         server = ApiServer(ApiDeps(service=Hipq(store), config=config, signer=Signer("k")))
         self.port = await server.start()
         self.ready.set()

@@ -105,3 +105,12 @@ def test_check_config_ok(tmp_path: Path) -> None:
                     "'plugins.example_targets:greet'}\n")
     assert result.returncode == 0, result.stderr
     assert "config OK: 1 queue(s)" in result.stdout
+
+
+def test_run_refuses_a_non_loopback_host_without_tokens(tmp_path: Path) -> None:
+    """SPEC 8: no tokens, not loopback, no ``api.allow_insecure``: ``hipq run`` stops."""
+    config = SQLITE.format(db=tmp_path / "h.db") + "api:\n  host: 0.0.0.0\n  port: 0\n"
+    result = hipq(tmp_path, "run", config=config)
+    assert_clean_error(result, "api.host '0.0.0.0'", "api.allow_insecure")
+    assert result.returncode == 2
+    assert not (tmp_path / "h.db").exists()  # refused before anything was opened

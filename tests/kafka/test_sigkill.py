@@ -1,6 +1,6 @@
 """A real ``hipq run`` is SIGKILLed between writing Kafka responses to the inbox and
-committing their offsets (a test-only hook, ``HIPQ_TEST_KAFKA_PAUSE_AFTER_INBOX``,
-makes the consumer stop right there and tell us).
+committing their offsets (a test-only hook, the consumer's ``pause_file``, injected
+by ``tests/kafka/paused_hipq.py``, makes the consumer stop right there and tell us).
 
 The next daemon re-reads the uncommitted messages; the inbox recognises them by
 their dedup key, so none is inserted or applied twice, and every job still ends.
@@ -71,11 +71,16 @@ def _config(tmp_path: Path, db_url: str, bootstrap: str, requests_topic: str,
     return path, queue
 
 
-def _start(config: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+def _start(config: Path, log: Path, *, pause_file: Path | None = None
+           ) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "hipq"]
+    if pause_file is not None:  # the real command, its consumer built with pause_file
+        command = [sys.executable, str(REPO / "tests" / "kafka" / "paused_hipq.py"),
+                   str(pause_file)]
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "hipq", "-c", str(config), "run"],
+        return subprocess.Popen([*command, "-c", str(config), "run"],
                                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **env})
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
@@ -97,7 +102,7 @@ async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
     try:
         async with responder(kafka_bootstrap, requests_topic, responses_topic,
                              answer) as downstream:
-            first = _start(config, log, HIPQ_TEST_KAFKA_PAUSE_AFTER_INBOX=str(paused))
+            first = _start(config, log, pause_file=paused)
             await wait_until(lambda: _exists(paused, first), within=60,
                              what="the consumer to pause after its inbox insert")
             first.send_signal(signal.SIGKILL)

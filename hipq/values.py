@@ -1,0 +1,78 @@
+"""The one check of JSON values that come from outside (SPEC 8, "Hostile input").
+
+Every value a client or a downstream hands us (a job's ``data``, a response's
+``result`` and ``error``, a whole API body, a Kafka response) must be storable on
+both databases and readable back: so it may nest at most :data:`MAX_DEPTH`
+levels, its numbers are finite, its integers fit a signed 64-bit column, and its
+text holds no NUL character (PostgreSQL refuses them) and no lone surrogate
+(no UTF-8 encoding exists for it). :func:`json_problem`
+says what is wrong, or ``None``; callers turn that into a 422, an ``invalid``
+batch item or a skipped message. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MAX_DEPTH = 64  # levels of objects/arrays inside a value
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # what both stores hold in a 64-bit integer
+INT32_MAX = 2**31 - 1  # integer columns (attempt, priority, weight)
+
+
+def json_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
+    """What makes ``value`` unstorable, or ``None``. Iterative: a hostile depth
+    cannot exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        if kind is dict or kind is list:
+            if depth >= max_depth:
+                return f"nested deeper than {max_depth} levels"
+            if kind is dict:
+                for key, item in node.items():
+                    problem = _text_problem(str(key))
+                    if problem is not None:
+                        return problem
+                    stack.append((item, depth + 1))
+            else:
+                stack.extend((item, depth + 1) for item in node)
+        else:
+            problem = _scalar_problem(node)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _scalar_problem(node: Any) -> str | None:
+    if isinstance(node, bool) or node is None:
+        return None
+    if isinstance(node, int):
+        if not INT_MIN <= node <= INT_MAX:
+            return "an integer is out of range (64-bit signed)"
+    elif isinstance(node, float):
+        if not math.isfinite(node):
+            return "numbers must be finite (no NaN, Infinity or 1e400)"
+    elif isinstance(node, str):
+        return _text_problem(node)
+    return None
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "NUL characters are not allowed"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def checked(value: Any) -> Any:
+    """``value`` itself if it is storable, else ``ValueError`` (for pydantic validators)."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
