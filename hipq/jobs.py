@@ -25,7 +25,14 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
 # attempt) start with this; a producer's key (given, or made by a template) may not,
 # so no producer can take the key of another job's next try.
 GENERATED_KEY_PREFIX = "~"
-JOB_ID_RE = re.compile(JOB_ID_PATTERN)  # use .fullmatch: "$" also matches before a final newline
+_JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+
+
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` may be a job id: the pattern in full ("$" alone would also
+    match before a final newline), and not ``.`` or ``..`` (path segments that
+    would rewrite a target URL)."""
+    return _JOB_ID_RE.fullmatch(text) is not None and text not in (".", "..")
 
 
 class JobState(StrEnum):
@@ -104,8 +111,8 @@ class JobError:
 
 
 
-def expired_error() -> JobError:
-    return JobError(kind=ErrorKind.EXPIRED, detail="expires_at passed before launch")
+def expired_error(detail: str = "expires_at passed before launch") -> JobError:
+    return JobError(kind=ErrorKind.EXPIRED, detail=detail)
 
 
 def cancelled_error() -> JobError:

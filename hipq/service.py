@@ -29,7 +29,15 @@ from hipq.errors import (
     StaleResponse,
     ValidationError,
 )
-from hipq.jobs import GENERATED_KEY_PREFIX, JOB_ID_RE, Attempt, Job, JobState
+from hipq.jobs import (
+    GENERATED_KEY_PREFIX,
+    Attempt,
+    Job,
+    JobState,
+    ResponseStatus,
+    expired_error,
+    is_job_id,
+)
 from hipq.responses import correlation
 from hipq.responses.batcher import Batcher
 from hipq.responses.correlation import request_key, response_key
@@ -178,7 +186,8 @@ class Hipq:
         if job.status is JobState.RUNNING and job.correlation_key:
             await self.store.inbox_insert_many(
                 [Response(correlation_key=job.correlation_key, attempt=job.attempt,
-                          status="cancelled", retryable=False, source="cancel")], now=now)
+                          status=ResponseStatus.CANCELLED, retryable=False, source="cancel")],
+                now=now)
             self._wake()
             return job
         raise ConflictError(f"job {job_id!r} is {job.status} and cannot be cancelled",
@@ -201,7 +210,7 @@ class Hipq:
                       data=original.data)
         (outcome,) = await self.store.job_insert_many([job])
         if original.status is JobState.EXPIRED or (job.expires_at and job.expires_at <= now):
-            error = {"kind": "expired", "detail": "replay of an expired job"}
+            error = expired_error("replay of an expired job").to_json()
             ended = await self.store.job_archive_queued_many(
                 queue=queue, ends={job.id: (JobState.EXPIRED.value, error)}, now=now)
             return ended[0] if ended else job
@@ -306,7 +315,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime, *, token: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
     ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
-    if not JOB_ID_RE.fullmatch(job_id) or job_id in {".", ".."}:
+    if not is_job_id(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-], and not '.' or '..'")
     weight = request.weight or config.default_weight

@@ -32,7 +32,7 @@ from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
 from hipq.api.stats_cache import STATS
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
-from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState
+from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState, is_job_id
 from hipq.schemas import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus, QueueRecord, QueueStats
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 RANDOM_ID = "random_id"
 _QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
-_JOB_ID = re.compile(JOB_ID_PATTERN)
 PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this much JSON
 FETCH_CHUNK = 50  # archived jobs read from the store at a time
 _DOTS = frozenset({".", ".."})  # path segments that would rewrite a target URL
@@ -60,7 +59,7 @@ def _queue_id(request: web.Request) -> str:
 
 def _ids(request: web.Request) -> tuple[str, str]:
     job_id = request.match_info["id"]
-    if not _JOB_ID.fullmatch(job_id) or job_id in _DOTS:
+    if not is_job_id(job_id):
         raise ApiError(422, "invalid_id", f"job id must match {JOB_ID_PATTERN}")
     return _queue_id(request), job_id
 

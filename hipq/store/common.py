@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hipq.config import QueueConfig
 from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreError
-from hipq.jobs import Attempt, Job, JobState, Ordering
+from hipq.jobs import Attempt, Job, JobState, Ordering, cancelled_error, expired_error
 from hipq.store import schema as s
 from hipq.store.due import DueShape
 from hipq.store.records import (
@@ -428,7 +428,7 @@ class SQLAlchemyStore(abc.ABC):
             rows = (await conn.execute(t.delete().where(
                 sa.tuple_(t.c.queue, t.c.id).in_([tuple(k) for k in keys]),
                 t.c.status == s.QUEUED).returning(*t.columns))).all()
-            error = {"kind": "expired", "detail": "expires_at passed before launch"}
+            error = expired_error().to_json()
             archived = [job_from_row(r._mapping).evolve(status=JobState.EXPIRED, error=error,
                                                         updated_at=now, finished_at=now)
                         for r in rows]
@@ -437,8 +437,7 @@ class SQLAlchemyStore(abc.ABC):
 
     async def job_cancel_queued(self, *, queue: str, job_id: str, now: datetime) -> Job | None:
         ended = await self.job_archive_queued_many(
-            queue=queue, ends={job_id: (JobState.CANCELLED.value,
-                                        {"kind": "cancelled", "detail": "cancelled by a user"})},
+            queue=queue, ends={job_id: (JobState.CANCELLED.value, cancelled_error().to_json())},
             now=now)
         return ended[0] if ended else None
 
