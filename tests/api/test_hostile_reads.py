@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 
 from hipq.api.policy import keep_secrets, redacted
 from hipq.config import QueueConfig
-from hipq.store import SQLStore
+from hipq.store import Store
 from tests.api.conftest import Api, Downstream, LiveFactory, http_queue
 
 SECRETS = ["bearer-secret-value-1", "header-secret-value-2", "option-secret-value-3",
@@ -150,7 +150,7 @@ async def test_counts_are_computed_at_most_once_per_two_seconds(live: LiveFactor
         await asyncio.sleep(0.1)  # polling the API: the snapshot ages in real time
 
 
-async def test_archived_jobs_by_queue_name_have_an_index(store: SQLStore) -> None:
+async def test_archived_jobs_by_queue_name_have_an_index(store: Store) -> None:
     async with store.engine.connect() as conn:
         indexes = await conn.run_sync(lambda c: sa.inspect(c).get_indexes("archived_jobs"))
     columns = {i["name"]: i["column_names"] for i in indexes}
