@@ -10,7 +10,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from hipq.api import handlers as h
-from hipq.api import pages
+from hipq.api import live, pages
 from hipq.api.auth import Role
 from hipq.api.models import (
     AcceptedOut,
@@ -94,6 +94,9 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/archived-jobs", handler=h.archived_jobs, role=R,
           tags=("jobs",), summary="Finished jobs, newest first, keyset-paginated",
           query=ArchivedQuery, answers={200: ArchivedPage}),
+    Route(method="GET", path="/v1/queued-jobs", handler=live.queued_jobs, role=R,
+          tags=("jobs",), summary="A queue's queued (queue order) or running (launch order) "
+          "jobs, keyset-paginated", query=live.LiveQuery, answers={200: live.LivePageOut}),
     Route(method="POST", path="/v1/responses/{key}", handler=h.signed_response, role=None,
           signed=True, tags=("responses",), summary="A downstream's response at its signed "
           "callback_url (no token; bad signature: 401; stale attempt: 409)",

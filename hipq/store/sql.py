@@ -1105,6 +1105,33 @@ class SQLStore:
                 s.response_inbox.c.applied_at < before))
         return len(keys)
 
+    # -- operator views (dashboard, ``hipq jobs``, ``GET /v1/queued-jobs``) ---------
+    # One read, generic SQLAlchemy Core on both databases; not on the hot path.
+
+    async def job_list_live(self, *, queue: str, state: str, ordering: Ordering,
+                            limit: int, after: Sequence[Any] | None = None) -> list[Job]:
+        """The live jobs of a queue, keyset-paginated. ``state="queued"``: in queue
+        order (``ordering``: (priority, run_at, id) or (run_at, priority, id));
+        ``state="running"``: by launch time (launched_at, id). ``after`` is the
+        sort key of the previous page's last job (the columns above, in order)."""
+        t = s.jobs
+        keys: tuple[sa.ColumnElement[Any], ...]
+        if state == JobState.RUNNING.value:
+            keys = (t.c.launched_at, t.c.id)
+        elif ordering is Ordering.TIME_THEN_PRIORITY:
+            keys = (t.c.run_at, t.c.priority, t.c.id)
+        else:
+            keys = (t.c.priority, t.c.run_at, t.c.id)
+        status = s.RUNNING if state == JobState.RUNNING.value else s.QUEUED
+        stmt = sa.select(t).where(t.c.queue == queue, t.c.status == status)
+        if after is not None:
+            bound = [sa.literal(v, s.UTCDateTime) if isinstance(v, datetime) else sa.literal(v)
+                     for v in after]
+            stmt = stmt.where(sa.tuple_(*keys) > sa.tuple_(*bound))
+        stmt = stmt.order_by(*keys).limit(limit)
+        async with self._tx() as conn:
+            return [_job(r._mapping) for r in await conn.execute(stmt)]
+
 
 def _sqlite_setup(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
