@@ -26,6 +26,7 @@ from hipq.api import ApiDeps, ApiServer
 from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
 from hipq.errors import ConfigError, HipqError, TransientStoreError
+from hipq.metrics import Metrics
 from hipq.reconciler import Reconciler
 from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
@@ -83,6 +84,7 @@ class Daemon:
         self.kafka_consumer: KafkaResponseConsumer | None = None
         self.api: ApiServer | None = None
         self.api_port: int | None = None  # the bound port once the API serves
+        self.metrics = Metrics(monotonic=self.clock.monotonic)
 
     async def open(self) -> Hipq:
         """Open and migrate the store, apply the YAML queues; return the service."""
@@ -93,7 +95,8 @@ class Daemon:
                 await self.store.migrate()
             else:
                 await self.store.check_schema()
-            self.service = Hipq(self.store, clock=self.clock, on_work=self.wake)
+            self.service = Hipq(self.store, clock=self.clock, on_work=self.wake,
+                                on_enqueued=self.metrics.enqueued_jobs)
             for queue in self.settings.queues:
                 await self.service.create_queue(queue)
             signer = await load_signer(self.store, self.settings.signing_key)
@@ -103,7 +106,7 @@ class Daemon:
         self.http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
         if self.settings.api.enabled:
             self.api = ApiServer(ApiDeps(service=self.service, config=self.settings.api,
-                                         signer=signer))
+                                         signer=signer, metrics=self.metrics))
         self.reconciler = Reconciler(self.store, clock=self.clock, owner=self.owner,
                                      config=self.settings.reconcile,
                                      responses=self.settings.responses,
@@ -203,6 +206,7 @@ class Daemon:
             self._again = True
             while self._again:
                 self._again = False
+                started = self.clock.monotonic()
                 try:
                     result = await self.reconciler.run_once()
                 except TransientStoreError as exc:
@@ -211,6 +215,7 @@ class Daemon:
                 except Exception:
                     log.exception("reconcile tick failed", extra={"action": "tick_error"})
                     return
+                self.metrics.observe_tick(result, self.clock.monotonic() - started)
                 if self._again:
                     # After a full batch more is due at once: only let the launches
                     # run (one pass of the event loop); else gather the wake-ups.

@@ -107,6 +107,11 @@ class ReconcileResult:
     responses_applied: int = 0
     adopted: int = 0
     throttler_errors: int = 0
+    # for metrics (hipq.metrics), by reference: no per-job work in the tick
+    launched_jobs: Sequence[Job] = ()
+    ended: Sequence[Change] = ()
+    expired_by_queue: Mapping[str, int] = field(default_factory=dict)
+    responses_by_outcome: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -116,13 +121,28 @@ class ReconcileResult:
 @dataclass(slots=True)
 class _Counters:
     values: dict[str, int] = field(default_factory=dict)
+    launched_jobs: Sequence[Job] = ()
+    ended: Sequence[Change] = ()
+    expired_by_queue: dict[str, int] = field(default_factory=dict)
+    responses_by_outcome: dict[str, int] = field(default_factory=dict)
 
     def add(self, name: str, n: int = 1) -> None:
         if n:
             self.values[name] = self.values.get(name, 0) + n
 
+    def expired(self, queue: str, n: int) -> None:
+        self.add("expired", n)
+        if n:
+            self.expired_by_queue[queue] = self.expired_by_queue.get(queue, 0) + n
+
+    def responses(self, marks: Sequence[tuple[int, InboxOutcome]]) -> None:
+        for _, outcome in marks:
+            self.responses_by_outcome[outcome] = self.responses_by_outcome.get(outcome, 0) + 1
+
     def result(self) -> ReconcileResult:
-        return ReconcileResult(**self.values)
+        return ReconcileResult(**self.values, launched_jobs=self.launched_jobs,
+                               ended=self.ended, expired_by_queue=self.expired_by_queue,
+                               responses_by_outcome=self.responses_by_outcome)
 
 
 @dataclass(slots=True)
@@ -180,9 +200,9 @@ class Reconciler:
         if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
             # the backlog sweeps run at most once a second, not on every early wake
             self._swept_at = now
-            await self._sweep_inbox(now)
-            counters.add("expired", len(await self.store.job_expired_sweep(
-                now=now, limit=EXPIRY_SWEEP_LIMIT)))
+            await self._sweep_inbox(now, counters)
+            for job in await self.store.job_expired_sweep(now=now, limit=EXPIRY_SWEEP_LIMIT):
+                counters.expired(job.queue, 1)
         await self._steps_1_to_5(queues, now, counters)
         result = counters.result()
         if result.changed:
@@ -229,7 +249,7 @@ class Reconciler:
         one running); capacity counts what is in memory, as before. If step 3
         fails, the jobs already claimed are launched anyway, then the error is
         raised (the next tick persists the ended tries again)."""
-        changes = self._changes(queues, now, counters)
+        changes = counters.ended = self._changes(queues, now, counters)
         requeued = {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
         persisting = asyncio.ensure_future(self._persist(changes, now))
         try:
@@ -240,6 +260,7 @@ class Reconciler:
                               for queue, ids in chosen.items()}
                 launched = await self._mark_running(queues, chosen, now)
                 counters.add("launched", len(launched))
+                counters.launched_jobs = launched
                 self._launch(launched)
         except BaseException:
             with contextlib.suppress(BaseException):  # never leave step 3 half-applied
@@ -316,6 +337,7 @@ class Reconciler:
         if late:
             await self.store.attempt_record_late_many(late, now=now)
         if marks:
+            counters.responses(marks)
             await self.store.inbox_mark_many(marks, now=now)
 
     def _apply_row(self, entry: Entry, row: InboxRow, now: datetime) -> InboxOutcome | None:
@@ -355,7 +377,7 @@ class Reconciler:
                     kind=ErrorKind.TIMEOUT, detail=f"no response by {entry.deadline.isoformat()}"))
                 counters.add("timed_out")
 
-    async def _sweep_inbox(self, now: datetime) -> None:
+    async def _sweep_inbox(self, now: datetime, counters: _Counters) -> None:
         """Classify pending responses that match nothing in the batch (bounded)."""
         rows = await self.store.inbox_pending_scan(after_id=self._sweep_after,
                                                    before=now - SWEEP_GRACE, limit=SWEEP_LIMIT)
@@ -382,6 +404,7 @@ class Reconciler:
                 log.warning("unmatched response for correlation key %s", row.correlation_key,
                             extra={"action": "response_unmatched"})
         await self.store.attempt_record_late_many(late, now=now)
+        counters.responses(marks)
         await self.store.inbox_mark_many(marks, now=now)
 
     # -- steps 1 and 2: fetch and throttle ------------------------------------------
@@ -525,7 +548,7 @@ class Reconciler:
         error = {"kind": "expired", "detail": "expires_at passed before launch"}
         done = await self.store.job_archive_queued_many(
             queue=queue, ends=dict.fromkeys(expired, (JobState.EXPIRED.value, error)), now=now)
-        counters.add("expired", len(done))
+        counters.expired(queue, len(done))
         return [j for j in candidates if j.id not in expired]
 
     async def _apply_decision(self, queue: str, candidates: Sequence[Job],

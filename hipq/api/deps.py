@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from hipq.config import ApiConfig
+from hipq.metrics import Metrics
 from hipq.responses.signing import Signer
 from hipq.service import Hipq
 
@@ -16,6 +17,7 @@ class ApiDeps:
     service: Hipq
     config: ApiConfig
     signer: Signer
+    metrics: Metrics | None = None  # None: /metrics shows the queue gauges only
 
 
 DEPS = web.AppKey("hipq_deps", ApiDeps)

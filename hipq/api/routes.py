@@ -10,7 +10,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from hipq.api import handlers as h
-from hipq.api import live, pages
+from hipq.api import live, metrics_page, pages
 from hipq.api.auth import Role
 from hipq.api.models import (
     AcceptedOut,
@@ -56,7 +56,7 @@ ROUTES: tuple[Route, ...] = (
           summary="Liveness and database check", answers={200: HealthOut}),
     Route(method="GET", path="/", handler=pages.dashboard, role=None, tags=("operations",),
           summary="The dashboard page (its data needs a token)", answers={200: "text/html"}),
-    Route(method="GET", path="/metrics", handler=pages.metrics, role=R, tags=("operations",),
+    Route(method="GET", path="/metrics", handler=metrics_page.metrics, role=R, tags=("operations",),
           summary="Prometheus metrics", answers={200: "text/plain"}),
     Route(method="GET", path="/v1/stats", handler=h.stats, role=R, tags=("operations",),
           summary="Queue depth, running weight, lag; response counts (unmatched...)",
