@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel
 
+from hipq.api import dashboard, live, metrics_page
 from hipq.api import handlers as h
-from hipq.api import live, metrics_page, pages
 from hipq.api.auth import Role
 from hipq.api.models import (
     AcceptedOut,
@@ -54,10 +54,13 @@ R, P, A = Role.READER, Role.PRODUCER, Role.ADMIN
 ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/healthz", handler=h.healthz, role=None, tags=("operations",),
           summary="Liveness and database check", answers={200: HealthOut}),
-    Route(method="GET", path="/", handler=pages.dashboard, role=None, tags=("operations",),
+    Route(method="GET", path="/", handler=dashboard.dashboard, role=None, tags=("operations",),
           summary="The dashboard page (its data needs a token)", answers={200: "text/html"}),
     Route(method="GET", path="/metrics", handler=metrics_page.metrics, role=R, tags=("operations",),
           summary="Prometheus metrics", answers={200: "text/plain"}),
+    Route(method="GET", path="/v1/whoami", handler=dashboard.whoami, role=R,
+          tags=("operations",), summary="The role of the presented token (the dashboard "
+          "shows the buttons it may use)", answers={200: dashboard.WhoAmI}),
     Route(method="GET", path="/v1/stats", handler=h.stats, role=R, tags=("operations",),
           summary="Queue depth, running weight, lag; response counts (unmatched...)",
           answers={200: StatsOut}),
