@@ -35,6 +35,7 @@ from hipq.store import SQLStore, open_store
 from hipq.targets import Target
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
+from hipq.tick_log import log_failures
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,8 @@ class Daemon:
                     log.exception("reconcile tick failed", extra={"action": "tick_error"})
                     return
                 self.metrics.observe_tick(result, self.clock.monotonic() - started)
+                if result.retried or result.finished:
+                    log_failures(result.ended)
                 if self._again:
                     # After a full batch more is due at once: only let the launches
                     # run (one pass of the event loop); else gather the wake-ups.
