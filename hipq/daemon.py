@@ -216,8 +216,7 @@ class Daemon:
                 except Exception:
                     log.exception("reconcile tick failed", extra={"action": "tick_error"})
                     return
-                self.metrics.observe_tick(result, self.clock.monotonic() - started)
-                if result.retried or result.finished:
+                if self.metrics.observe_tick(result, self.clock.monotonic() - started):
                     log_failures(result.ended)
                 if self._again:
                     # After a full batch more is due at once: only let the launches
@@ -255,7 +254,10 @@ class Daemon:
                         await asyncio.wait_for(self.reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
                     except TimeoutError:
                         log.warning("some launches were still in flight at shutdown")
-                    await self.reconciler.run_once()
+                    started = self.clock.monotonic()
+                    result = await self.reconciler.run_once()
+                    if self.metrics.observe_tick(result, self.clock.monotonic() - started):
+                        log_failures(result.ended)
             if self.store is not None:
                 await self.store.lease_release_all(owner=self.owner)
         except HipqError as exc:

@@ -39,6 +39,7 @@ DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 30
 OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout", "lost")
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
 _BY_ERROR = {"timeout": "timeout", "lost": "lost"}
+_FAILED = frozenset({"failed", "retried", "timeout", "lost"})
 
 
 class BulkHistogram(Collector):
@@ -130,11 +131,15 @@ class Metrics:
         if count:
             self.enqueued.labels(queue).inc(count)
 
-    def observe_tick(self, result: ReconcileResult, seconds: float) -> None:
-        """The totals of one tick (called once per tick, after it)."""
+    def observe_tick(self, result: ReconcileResult, seconds: float) -> int:
+        """The totals of one tick (called once per tick, after it); returns how many
+        tries failed in it (the daemon logs them only then)."""
         self.tick.observe(seconds)
+        failed = 0
         for (queue, outcome), n in _outcomes(result).items():
             self.outcomes.labels(queue, outcome).inc(n)
+            if outcome in _FAILED:
+                failed += n
         delays: dict[str, list[float]] = {}
         for job in result.launched_jobs:
             if job.launched_at is not None:
@@ -147,6 +152,7 @@ class Metrics:
             self.responses.labels("applied").inc(result.responses_applied)
         for outcome, n in result.responses_by_outcome.items():
             self.responses.labels(outcome).inc(n)
+        return failed
 
     # -- served at /metrics -----------------------------------------------------------
 
