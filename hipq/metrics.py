@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -53,15 +54,16 @@ class BulkHistogram(Collector):
         self._counts: dict[str, list[int]] = {}
         self._sums: dict[str, float] = {}
 
-    def observe_many(self, label: str, values: Iterable[float]) -> None:
+    def observe_many(self, label: str, values: Iterable[tuple[float, int]]) -> None:
+        """Observe each ``(value, times)``."""
         counts = self._counts.get(label)
         if counts is None:
             counts = self._counts[label] = [0] * (len(self.bounds) + 1)
             self._sums[label] = 0.0
         total = 0.0
-        for value in values:
-            counts[bisect.bisect_left(self.bounds, value)] += 1
-            total += value
+        for value, times in values:
+            counts[bisect.bisect_left(self.bounds, value)] += times
+            total += value * times
         self._sums[label] += total
 
     def collect(self) -> Iterator[Metric]:
@@ -140,13 +142,15 @@ class Metrics:
             self.outcomes.labels(queue, outcome).inc(n)
             if outcome in _FAILED:
                 failed += n
-        delays: dict[str, list[float]] = {}
-        for job in result.launched_jobs:
-            if job.launched_at is not None:
-                delays.setdefault(job.queue, []).append(
-                    max((job.launched_at - job.run_at).total_seconds(), 0.0))
+        # a tick launches at one time, and jobs enqueued together share run_at: count
+        # the distinct (queue, run_at, launched_at) in C, then do the arithmetic per key
+        delays: dict[str, list[tuple[float, int]]] = {}
+        for (queue, run_at, launched_at), n in Tally(
+                (j.queue, j.run_at, j.launched_at) for j in result.launched_jobs).items():
+            delay = 0.0 if launched_at is None else (launched_at - run_at).total_seconds()
+            delays.setdefault(queue, []).append((max(delay, 0.0), n))
         for queue, values in delays.items():
-            self.launches.labels(queue).inc(len(values))
+            self.launches.labels(queue).inc(sum(n for _, n in values))
             self.launch_delay.observe_many(queue, values)
         if result.responses_applied:
             self.responses.labels("applied").inc(result.responses_applied)
@@ -173,15 +177,14 @@ class Metrics:
 
 def _outcomes(result: ReconcileResult) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
-    for change in result.ended:
-        if change.kind is ChangeKind.EXTEND:
+    kinds = Tally((c.queue, c.kind, c.status, c.outcome) for c in result.ended)
+    for (queue, kind, status, error), n in kinds.items():
+        if kind is ChangeKind.EXTEND:
             continue
-        outcome = _BY_ERROR.get(change.outcome or "")
+        outcome = _BY_ERROR.get(error or "")
         if outcome is None:
-            retried = change.kind is ChangeKind.REQUEUE
-            outcome = "retried" if retried else change.status or "failed"
-        key = (change.queue, outcome)
-        out[key] = out.get(key, 0) + 1
+            outcome = "retried" if kind is ChangeKind.REQUEUE else status or "failed"
+        out[(queue, outcome)] = out.get((queue, outcome), 0) + n
     for queue, n in result.expired_by_queue.items():
         out[(queue, "expired")] = out.get((queue, "expired"), 0) + n
     return out
