@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import random
 import signal
 import sys
@@ -267,6 +268,8 @@ class Demo:
 def cmd_demo(args: argparse.Namespace) -> int:
     """``hipq demo`` (the config file, if any, is not used)."""
     setup_logging("WARNING")
+    # failed tries are part of the show: the summary counts them, one line each is noise
+    logging.getLogger("hipq.jobs").setLevel(logging.CRITICAL)
     if args.jobs < 20 or args.jobs > 5000:
         sys.stderr.write("hipq: error: --jobs must be between 20 and 5000\n")
         return 2
