@@ -62,7 +62,7 @@ def decode_cursor(cursor: str, *, state: str, ordering: Ordering) -> list[Any]:
         key = [_value(v) for v in wire[1:]]
         if [type(v) for v in key] != _key_types(state, ordering):
             raise ValueError("another order's cursor")
-    except (ValueError, TypeError, UnicodeError, binascii.Error):
+    except (ValueError, TypeError, KeyError, UnicodeError, binascii.Error):
         raise InvalidCursor("the cursor is not one this listing gave out") from None
     return key
 
@@ -75,6 +75,8 @@ def _value(v: Any) -> Any:
         return when
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise ValueError("bad key part")
+    if isinstance(v, int) and not -(2**31) <= v < 2**31:  # priorities are 32-bit columns
+        raise ValueError("out of range")
     return v
 
 

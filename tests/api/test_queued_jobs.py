@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 from tests.api.conftest import READER, Api, Downstream, LiveFactory, http_queue
+
+BIG_PRIORITY: Any = {"t": "2020-01-01T00:00:00Z"}, 2**40
+
+
+def _cursor(wire: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(wire).encode()).decode().rstrip("=")
 
 
 async def _pages(api: Api, query: str) -> list[list[dict[str, Any]]]:
@@ -62,7 +70,9 @@ async def test_bad_requests_are_4xx(live: LiveFactory) -> None:
     await api.call("POST", "/v1/jobs", {"id": "q"})
     for query, code in [("", 422), ("name=q&state=done", 422), ("name=q&limit=0", 422),
                         ("name=q&cursor=nonsense", 400), ("name=nope", 404),
-                        ("name=q&cursor=WyJydW5uaW5nIiwxXQ", 400)]:
+                        ("name=q&cursor=WyJydW5uaW5nIiwxXQ", 400),
+                        (f"name=q&cursor={_cursor(['queued', {'x': 1}, 5, 'a'])}", 400),
+                        (f"name=q&cursor={_cursor(['queued', *BIG_PRIORITY, 'a'])}", 400)]:
         status, body = await api.call("GET", f"/v1/queued-jobs?{query}")
         assert status == code, (query, body)
         assert "error" in body
