@@ -54,6 +54,11 @@ def test_operator_commands(tmp_path: Path, db_url: str,
     assert "status cancelled" in _run(capsys, "cancel", "q", "j1", "-c", cfg)
     cancelled = _run(capsys, "jobs", "q", "-c", cfg, "--state", "cancelled", "--json")
     assert [json.loads(line)["id"] for line in cancelled.splitlines()] == ["j1"]
+    shown = json.loads(_run(capsys, "show", "q", "j1", "-c", cfg))
+    assert shown["status"] == "cancelled"
+    replayed = json.loads(_run(capsys, "replay", "q", "j1", "-c", cfg))
+    assert replayed["replay_of"] == "j1"
+    assert replayed["status"] == "queued"
     assert "pruned 0 " in _run(capsys, "prune", "-c", cfg)
     assert "pruned 1 " in _run(capsys, "prune", "-c", cfg, "--older-than-days", "0")
     assert _run(capsys, "jobs", "q", "-c", cfg, "--state", "cancelled", "--json") == ""
