@@ -20,6 +20,7 @@ from hipq.api.models import (
     BatchOut,
     BatchRequest,
     CallbackQuery,
+    ErrorOut,
     HealthOut,
     JobOut,
     QueueList,
@@ -99,7 +100,8 @@ ROUTES: tuple[Route, ...] = (
           query=ArchivedQuery, answers={200: ArchivedPage}),
     Route(method="GET", path="/v1/queued-jobs", handler=live.queued_jobs, role=R,
           tags=("jobs",), summary="A queue's queued (queue order) or running (launch order) "
-          "jobs, keyset-paginated", query=live.LiveQuery, answers={200: live.LivePageOut}),
+          "jobs, keyset-paginated", query=live.LiveQuery,
+          answers={200: live.LivePageOut, 404: ErrorOut}),
     Route(method="POST", path="/v1/responses/{key}", handler=h.signed_response, role=None,
           signed=True, tags=("responses",), summary="A downstream's response at its signed "
           "callback_url (no token; bad signature: 401; stale attempt: 409)",
