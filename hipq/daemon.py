@@ -29,6 +29,7 @@ from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
 from hipq.engine import Reconciler
 from hipq.errors import ConfigError, HipqError, TransientStoreError
+from hipq.metrics import Metrics
 from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
 from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
@@ -38,6 +39,7 @@ from hipq.store import Store, open_store
 from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
+from hipq.tick_log import log_failures
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ class Daemon:
         self._opened: _Opened | None = None
         self.api_port: int | None = None  # the bound port once the API serves
         self.schedules: Schedules | None = None  # SPEC 14
+        self.metrics = Metrics(monotonic=self.clock.monotonic)
 
     # the parts, once open() has run
     @property
@@ -110,6 +113,10 @@ class Daemon:
     def kafka_consumer(self) -> KafkaResponseConsumer | None:
         return self.parts.kafka_consumer
 
+    @property
+    def api(self) -> ApiServer | None:
+        return self.parts.api
+
     async def open(self) -> Hipq:
         """Open and migrate the store, apply the YAML queues; return the service."""
         if self._opened is not None:
@@ -129,7 +136,8 @@ class Daemon:
             await store.migrate()
         else:
             await store.check_schema()
-        service = Hipq(store, clock=self.clock, on_work=self.wake)
+        service = Hipq(store, clock=self.clock, on_work=self.wake,
+                       on_enqueued=self.metrics.enqueued_jobs)
         for queue in self.settings.queues:
             await service.create_queue(queue)
         signer = await load_signer(store, self.settings.signing_key)
@@ -145,7 +153,7 @@ class Daemon:
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
-                                    schedules=self.schedules))
+                                    schedules=self.schedules, metrics=self.metrics))
         reconciler = Reconciler(
             store, clock=self.clock, owner=self.owner, config=self.settings.reconcile,
             responses=self.settings.responses, on_wake=self.wake,
@@ -238,6 +246,7 @@ class Daemon:
             self._again = True
             while self._again:
                 self._again = False
+                started = self.clock.monotonic()
                 try:
                     result = await self.reconciler.run_once()
                 except TransientStoreError as exc:
@@ -246,6 +255,8 @@ class Daemon:
                 except Exception:
                     log.exception("reconcile tick failed", extra={"action": "tick_error"})
                     return
+                if self.metrics.observe_tick(result, self.clock.monotonic() - started):
+                    log_failures(result.ended)
                 if self._again:
                     # After a full batch more is due at once: only let the launches
                     # run (one pass of the event loop); else gather the wake-ups.
@@ -281,7 +292,10 @@ class Daemon:
                     await asyncio.wait_for(reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
                 except TimeoutError:
                     log.warning("some launches were still in flight at shutdown")
-                await reconciler.run_once()
+                started = self.clock.monotonic()
+                result = await reconciler.run_once()
+                if self.metrics.observe_tick(result, self.clock.monotonic() - started):
+                    log_failures(result.ended)
             await self.store.lease_release_all(owner=self.owner)
         except HipqError as exc:
             log.warning("shutdown could not persist everything: %s", exc)

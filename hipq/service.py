@@ -64,8 +64,10 @@ def new_job_id() -> str:
 
 class Hipq:
     def __init__(self, store: Store, *, clock: Clock | None = None,
-                 on_work: Callable[[], None] | None = None) -> None:
+                 on_work: Callable[[], None] | None = None,
+                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
         self.store = store
+        self.on_enqueued = on_enqueued  # (queue, jobs created): metrics
         self.clock = clock or SystemClock()
         self.on_work = on_work
         # queue settings for enqueues, read at most once per QUEUE_CACHE_SECONDS
@@ -165,8 +167,11 @@ class Hipq:
         for index, job in merging:  # one by one, in order: payloads accumulate in order
             results[index] = await self.store.job_merge(job)
             inserted.append(results[index])
-        if any(o.status is InsertStatus.CREATED for o in inserted):
+        created = sum(o.status is InsertStatus.CREATED for o in inserted)
+        if created:
             self._wake()
+            if self.on_enqueued is not None:
+                self.on_enqueued(queue, created)
         return [results[i] for i in range(len(items))]
 
     async def get_job(self, queue: str, job_id: str) -> tuple[Job, list[Attempt]]:

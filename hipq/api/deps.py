@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from hipq.config import ApiConfig
+from hipq.metrics import Metrics
 from hipq.responses.signing import Signer
 from hipq.service import Hipq
 
@@ -21,6 +22,7 @@ class ApiDeps:
     config: ApiConfig
     signer: Signer
     schedules: Schedules | None = None  # GET /v1/schedules (hipq/api/schedules.py)
+    metrics: Metrics | None = None  # None: /metrics shows the queue gauges only
 
 
 DEPS = web.AppKey("hipq_deps", ApiDeps)

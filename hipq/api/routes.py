@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel
 
+from hipq.api import dashboard, live, metrics_page
 from hipq.api import handlers as h
-from hipq.api import pages
 from hipq.api import schedules as sched
 from hipq.api.auth import Role
 from hipq.api.models import (
@@ -21,6 +21,7 @@ from hipq.api.models import (
     BatchOut,
     BatchRequest,
     CallbackQuery,
+    ErrorOut,
     HealthOut,
     JobOut,
     QueueList,
@@ -56,10 +57,13 @@ R, P, A = Role.READER, Role.PRODUCER, Role.ADMIN
 ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/healthz", handler=h.healthz, role=None, tags=("operations",),
           summary="Liveness and database check", answers={200: HealthOut}),
-    Route(method="GET", path="/", handler=pages.dashboard, role=None, tags=("operations",),
+    Route(method="GET", path="/", handler=dashboard.dashboard, role=None, tags=("operations",),
           summary="The dashboard page (its data needs a token)", answers={200: "text/html"}),
-    Route(method="GET", path="/metrics", handler=pages.metrics, role=R, tags=("operations",),
+    Route(method="GET", path="/metrics", handler=metrics_page.metrics, role=R, tags=("operations",),
           summary="Prometheus metrics", answers={200: "text/plain"}),
+    Route(method="GET", path="/v1/whoami", handler=dashboard.whoami, role=R,
+          tags=("operations",), summary="The role of the presented token (the dashboard "
+          "shows the buttons it may use)", answers={200: dashboard.WhoAmI}),
     Route(method="GET", path="/v1/stats", handler=h.stats, role=R, tags=("operations",),
           summary="Queue depth, running weight, lag; response counts (unmatched...)",
           answers={200: StatsOut}),
@@ -96,6 +100,10 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/archived-jobs", handler=h.archived_jobs, role=R,
           tags=("jobs",), summary="Finished jobs, newest first, keyset-paginated",
           query=ArchivedQuery, answers={200: ArchivedPage}),
+    Route(method="GET", path="/v1/queued-jobs", handler=live.queued_jobs, role=R,
+          tags=("jobs",), summary="A queue's queued (queue order) or running (launch order) "
+          "jobs, keyset-paginated", query=live.LiveQuery,
+          answers={200: live.LivePageOut, 404: ErrorOut}),
     Route(method="POST", path="/v1/responses/{key}", handler=h.signed_response, role=None,
           signed=True, tags=("responses",), summary="A downstream's response at its signed "
           "callback_url (no token; bad signature: 401; stale attempt: 409)",

@@ -10,13 +10,14 @@ it; ``extended`` says a heartbeat moved its deadline.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from hipq.frozen import quick_init
 from hipq.jobs import Job, JobError, JobState
+from hipq.store.records import Change, InboxOutcome
 
 
 @quick_init
@@ -196,6 +197,11 @@ class ReconcileResult:
     responses_applied: int = 0
     adopted: int = 0
     throttler_errors: int = 0
+    # for metrics (hipq.metrics) and failure logs, by reference: no per-job work here
+    launched_jobs: Sequence[Job] = ()
+    ended: Sequence[Change] = ()
+    expired_by_queue: Mapping[str, int] = field(default_factory=dict)
+    responses_by_outcome: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -205,10 +211,25 @@ class ReconcileResult:
 @dataclass(slots=True)
 class Counters:
     values: dict[str, int] = field(default_factory=dict)
+    launched_jobs: Sequence[Job] = ()
+    ended: Sequence[Change] = ()
+    expired_by_queue: dict[str, int] = field(default_factory=dict)
+    responses_by_outcome: dict[str, int] = field(default_factory=dict)
 
     def add(self, name: str, n: int = 1) -> None:
         if n:
             self.values[name] = self.values.get(name, 0) + n
 
+    def expired(self, queue: str, n: int) -> None:
+        self.add("expired", n)
+        if n:
+            self.expired_by_queue[queue] = self.expired_by_queue.get(queue, 0) + n
+
+    def responses(self, marks: Sequence[tuple[int, InboxOutcome]]) -> None:
+        for _, outcome in marks:
+            self.responses_by_outcome[outcome] = self.responses_by_outcome.get(outcome, 0) + 1
+
     def result(self) -> ReconcileResult:
-        return ReconcileResult(**self.values)
+        return ReconcileResult(**self.values, launched_jobs=self.launched_jobs,
+                               ended=self.ended, expired_by_queue=self.expired_by_queue,
+                               responses_by_outcome=self.responses_by_outcome)

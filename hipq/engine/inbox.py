@@ -108,6 +108,7 @@ class Inbox:
         if late:
             await self.store.attempt_record_late_many(late, now=now)
         if marks:
+            counters.responses(marks)
             await self.store.inbox_mark_many(marks, now=now)
         return unclaimed
 
@@ -152,4 +153,5 @@ class Inbox:
                         len(unmatched), unmatched[0], extra={"action": "response_unmatched",
                                                              "count": len(unmatched)})
         await self.store.attempt_record_late_many(late, now=now)
+        counters.responses(marks)
         await self.store.inbox_mark_many(marks, now=now)

@@ -130,8 +130,8 @@ class Reconciler:
         if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
             self._swept_at = now
             await self.inbox.sweep(self.batch, now, counters)
-            counters.add("expired", len(await self.store.job_expired_sweep(
-                now=now, limit=EXPIRY_SWEEP_LIMIT)))
+            for job in await self.store.job_expired_sweep(now=now, limit=EXPIRY_SWEEP_LIMIT):
+                counters.expired(job.queue, 1)
         await self._steps_1_to_5(queues, now, counters)
         result = counters.result()
         if result.changed:
@@ -141,7 +141,7 @@ class Reconciler:
 
     async def _steps_1_to_5(self, queues: Mapping[str, QueueRecord], now: datetime,
                             counters: Counters) -> None:
-        changes = self._changes(queues, now, counters)
+        changes = counters.ended = self._changes(queues, now, counters)
         requeued = {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
         persisting = asyncio.ensure_future(self._persist(changes, now))
         try:
@@ -149,6 +149,7 @@ class Reconciler:
             if not self._stopping:
                 launched = await self._mark_running(selections, requeued, now)
                 counters.add("launched", len(launched))
+                counters.launched_jobs = launched
                 self._launch(launched)
         except BaseException:
             with contextlib.suppress(BaseException):  # never leave step 3 half-applied
@@ -292,7 +293,7 @@ class Reconciler:
         end = (JobState.EXPIRED.value, expired_error().to_json())
         done = await self.store.job_archive_queued_many(
             queue=queue, ends=dict.fromkeys(expired, end), now=now)
-        counters.add("expired", len(done))
+        counters.expired(queue, len(done))
         return [j for j in candidates if j.id not in expired]
 
     async def _apply_decision(self, queue: str, candidates: Sequence[Job],

@@ -124,6 +124,14 @@ class Store(Protocol):
         """Archived jobs, newest first by (finished_at, queue, id); ``after`` is the
         last key of the previous page (keyset pagination: no gaps, no repeats)."""
 
+    async def job_list_live(self, *, queue: str, state: str, ordering: Ordering,
+                            limit: int, after: Sequence[Any] | None = None) -> list[Job]:
+        """The live jobs of a queue, keyset-paginated (operator views, not the hot
+        path). ``state="queued"``: in queue order (``ordering``: (priority, run_at,
+        id) or (run_at, priority, id)); ``state="running"``: by launch time
+        (launched_at, id). ``after`` is the sort key of the previous page's last job
+        (the columns above, in order)."""
+
     async def job_load_running(self, *, queue: str) -> list[Job]:
         """The running jobs of a queue, whoever owns them: what a new owner adopts."""
 

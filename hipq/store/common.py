@@ -552,6 +552,26 @@ class SQLAlchemyStore(abc.ABC):
                                       .group_by(t.c.outcome))
             return {str(r[0] or "pending"): int(r[1]) for r in rows}
 
+    async def job_list_live(self, *, queue: str, state: str, ordering: Ordering,
+                            limit: int, after: Sequence[Any] | None = None) -> list[Job]:
+        t = s.jobs
+        keys: tuple[sa.ColumnElement[Any], ...]
+        if state == JobState.RUNNING.value:
+            keys = (t.c.launched_at, t.c.id)
+        elif ordering is Ordering.TIME_THEN_PRIORITY:
+            keys = (t.c.run_at, t.c.priority, t.c.id)
+        else:
+            keys = (t.c.priority, t.c.run_at, t.c.id)
+        status = s.RUNNING if state == JobState.RUNNING.value else s.QUEUED
+        stmt = sa.select(t).where(t.c.queue == queue, t.c.status == status)
+        if after is not None:
+            bound = [sa.literal(v, s.UTCDateTime) if isinstance(v, datetime) else sa.literal(v)
+                     for v in after]
+            stmt = stmt.where(sa.tuple_(*keys) > sa.tuple_(*bound))
+        stmt = stmt.order_by(*keys).limit(limit)
+        async with self._tx() as conn:
+            return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
+
     async def archive_prune(self, *, before: datetime, limit: int) -> int:
         t, a = s.archived_jobs, s.job_attempts
         async with self._tx() as conn:

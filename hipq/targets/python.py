@@ -5,13 +5,15 @@ as keyword arguments. It may be ``async`` or plain (then it runs in a worker
 thread). Its return value is the job's result; returning
 ``hipq.targets.ACCEPTED`` says the outcome will be reported later. Raising
 :class:`~hipq.errors.LaunchError` (not retryable) fails the job at once; any other
-exception is a retryable ``response_failed`` try.
+exception is a retryable ``response_failed`` try, its traceback kept on the try
+(``error.data.traceback``, the last ``TRACEBACK_CHARS`` characters).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +22,23 @@ from hipq.errors import ConfigError, LaunchError
 from hipq.jobs import Job
 from hipq.plugins import load_object
 from hipq.targets.base import Accepted, Completed, LaunchOutcome
+
+TRACEBACK_CHARS = 4000  # what a try keeps of a traceback (frames and error line)
+_ERROR_LINE_CHARS = 1000
+
+
+def bounded_traceback(exc: BaseException) -> str:
+    """The traceback, bounded: the innermost frames (where the error is) and the
+    start of the error line; what was cut is marked with ``...``."""
+    error = "".join(traceback.format_exception_only(exc))
+    if len(error) > _ERROR_LINE_CHARS:
+        error = error[:_ERROR_LINE_CHARS] + "...\n"
+    frames = "Traceback (most recent call last):\n" + "".join(traceback.format_tb(
+        exc.__traceback__))
+    room = TRACEBACK_CHARS - len(error)
+    if len(frames) > room:
+        frames = "..." + frames[-room:]
+    return frames + error
 
 
 class PythonTarget:
@@ -43,7 +62,8 @@ class PythonTarget:
                              retryable=exc.retryable, kind=exc.kind)
         except Exception as exc:
             return Completed(status="failed",
-                             error={"kind": "response_failed", "detail": repr(exc)[:1000]},
+                             error={"kind": "response_failed", "detail": repr(exc)[:1000],
+                                    "traceback": bounded_traceback(exc)},
                              retryable=True)
         if isinstance(value, Accepted | Completed):
             return value

@@ -36,7 +36,7 @@ async def test_templates_over_request_and_response(live: LiveFactory,
 async def test_plugin_alternative(live: LiveFactory, downstream: Downstream) -> None:
     api = (await live()).api
     status, _ = await api.call("POST", "/v1/jobs", http_queue(
-        "p", downstream.url, correlation={"plugin": "plugins.correlations:order_key"}))
+        "p", downstream.url, correlation={"plugin": "hipq.contrib.correlations:order_key"}))
     assert status == 201
     await api.call("PUT", "/v1/jobs/p/a", {"data": {"order_id": 5}})
     [launch] = await downstream.wait_for(1)

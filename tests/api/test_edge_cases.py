@@ -164,7 +164,7 @@ async def test_unknown_key_is_buffered_then_unmatched(live: LiveFactory,
     counts = await _until(lambda: _unmatched(api), lv)
     assert counts["pending"] == 0
     status, text = await api.call("GET", "/metrics", token=None)
-    assert 'hipq_responses{outcome="unmatched"} 1' in text
+    assert 'hipq_responses_total{outcome="unmatched"} 1.0' in text
 
 
 async def _unmatched(api: Api) -> dict[str, int] | None:

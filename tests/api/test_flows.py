@@ -200,7 +200,7 @@ async def test_queue_routes_and_stats(live: LiveFactory) -> None:
     assert body["queues"][0]["queue"] == "qs"
     status, text = await api.call("GET", "/metrics", token=None)
     assert status == 200
-    assert 'hipq_queue_queued{queue="qs"} 1' in text
+    assert 'hipq_queue_jobs{queue="qs",state="queued"} 1.0' in text
     status, text = await api.call("GET", "/", token=None)
     assert status == 200
-    assert "<html>" in text
+    assert "<html" in text

@@ -47,12 +47,12 @@ SQLITE = "database:\n  url: sqlite+aiosqlite:///{db}\n"
         ("queues:\n  - id: q\n    concurency: 5\n", ["queues[0].concurency", "unknown key"]),
         ("queues:\n  - id: q\n    throttler: {plugin: 'nowhere.mod:Thing'}\n",
          ["queues[0] (q)", "cannot import module 'nowhere.mod'"]),
-        ("queues:\n  - id: q\n    retry: {plugin: 'plugins.retries:Missing'}\n",
+        ("queues:\n  - id: q\n    retry: {plugin: 'hipq.contrib.retries:Missing'}\n",
          ["queues[0] (q)", "has no attribute 'Missing'"]),
         ("queues:\n  - id: q\n    retry: {strategy: fibonacci}\n",
          ["unknown retry strategy 'fibonacci'"]),
         ("queues:\n  - id: q\n    target: {kind: python, "
-         "function: 'plugins.example_targets:nope'}\n",
+         "function: 'hipq.contrib.example_targets:nope'}\n",
          ["queues[0] (q)", "has no attribute 'nope'"]),
         ("queues:\n  - id: q\n    retry: {strategy: fixed, delay: 3}\n",
          ["retry strategy 'fixed': bad options"]),
@@ -102,7 +102,7 @@ def test_enqueue_bad_input(tmp_path: Path) -> None:
 def test_check_config_ok(tmp_path: Path) -> None:
     result = hipq(tmp_path, "check-config", config=SQLITE.format(db=tmp_path / "h.db")
                   + "queues:\n  - id: q\n    target: {kind: python, function: "
-                    "'plugins.example_targets:greet'}\n")
+                    "'hipq.contrib.example_targets:greet'}\n")
     assert result.returncode == 0, result.stderr
     assert "config OK: 1 queue(s)" in result.stdout
 

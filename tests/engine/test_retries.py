@@ -145,7 +145,7 @@ async def test_at_most_once_still_retries_a_reported_failure(
 
 async def test_step_backoff_plugin(hipq: Hipq, reconciler: Reconciler, clock: FakeClock) -> None:
     run = await _retrying(hipq, reconciler, clock, attempts=5, retry={
-        "plugin": "plugins.retries:StepBackoff", "options": {"steps": [5, 30]}})
+        "plugin": "hipq.contrib.retries:StepBackoff", "options": {"steps": [5, 30]}})
 
     assert await run.delays(2) == [5, 30]
     stored = await run.fail()
@@ -158,7 +158,7 @@ async def test_step_backoff_plugin(hipq: Hipq, reconciler: Reconciler, clock: Fa
 async def test_step_backoff_gives_up_on_410(
         hipq: Hipq, reconciler: Reconciler, clock: FakeClock) -> None:
     run = await _retrying(hipq, reconciler, clock, attempts=5,
-                          retry={"plugin": "plugins.retries:StepBackoff"})
+                          retry={"plugin": "hipq.contrib.retries:StepBackoff"})
 
     stored = await run.fail(error={"kind": "http_status", "detail": "410"})
 
@@ -170,7 +170,7 @@ async def test_step_backoff_gives_up_on_410(
 async def test_retry_with_new_data_is_persisted(
         hipq: Hipq, reconciler: Reconciler, clock: FakeClock, target: MemoryTarget) -> None:
     run = await _retrying(hipq, reconciler, clock, attempts=3, timeout_seconds=60,
-                          retry={"plugin": "plugins.retries:retry_with_note"})
+                          retry={"plugin": "hipq.contrib.retries:retry_with_note"})
 
     assert await run.delays(1) == [10]
     clock.advance(60)  # the second try times out

@@ -94,7 +94,7 @@ async def test_critical_jobs_do_not_use_normal_capacity(
 
 async def test_max_per_tick_plugin(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget) -> None:
-    await hipq.create_queue(queue(throttler={"plugin": "plugins.throttlers:MaxPerTick",
+    await hipq.create_queue(queue(throttler={"plugin": "hipq.contrib.throttlers:MaxPerTick",
                                              "options": {"limit": 2}}))
     for n in range(5):
         await enqueue(hipq, f"j{n}")
@@ -108,7 +108,7 @@ async def test_max_per_tick_plugin(
 async def test_highest_priority_only_function_plugin(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget) -> None:
     await hipq.create_queue(queue(throttler={
-        "plugin": "plugins.throttlers:highest_priority_only"}))
+        "plugin": "hipq.contrib.throttlers:highest_priority_only"}))
     await enqueue(hipq, "low", priority=9)
     await enqueue(hipq, "top1", priority=1)
     await enqueue(hipq, "top2", priority=1)

@@ -13,7 +13,7 @@ from hipq.errors import ValidationError
 from hipq.schemas import EnqueueRequest
 from tests.throttling._helpers import Harness
 
-PER_SERVER = {"plugin": "plugins.per_server:PerServer", "options": {"limit": 2}}
+PER_SERVER = {"plugin": "hipq.contrib.per_server:PerServer", "options": {"limit": 2}}
 
 
 async def test_at_most_n_per_server_and_the_queue_capacity(h: Harness) -> None:
@@ -44,7 +44,7 @@ async def test_first_tick_takes_two_per_server(h: Harness) -> None:
 
 async def test_ordering_keys_and_windows_still_hold(h: Harness) -> None:
     h.clock.set(datetime(2026, 1, 5, 10, 30, tzinfo=UTC))
-    await h.create(concurrency=10, throttler={"plugin": "plugins.per_server:PerServer",
+    await h.create(concurrency=10, throttler={"plugin": "hipq.contrib.per_server:PerServer",
                                               "options": {"limit": 3}},
                    time_windows=[{"start": "10:00", "end": "11:00"}])
     await h.enqueue("k1", data={"server": "a"}, ordering_key="k")
@@ -66,5 +66,5 @@ async def test_ordering_keys_and_windows_still_hold(h: Harness) -> None:
 
 async def test_bad_options_are_rejected_at_queue_creation(h: Harness) -> None:
     with pytest.raises(ValidationError, match="limit"):
-        await h.create(throttler={"plugin": "plugins.per_server:PerServer",
+        await h.create(throttler={"plugin": "hipq.contrib.per_server:PerServer",
                                   "options": {"limit": 0}})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hipq.cli import check_exposure, is_loopback
+from hipq.cli.commands import check_exposure, is_loopback
 from hipq.config import MIN_SIGNING_KEY, ApiConfig, QueueConfig, load_config
 from hipq.errors import ConfigError
 

@@ -1,6 +1,6 @@
 """Example throttler plugins.
 
-``throttler: {plugin: "plugins.throttlers:MaxPerTick", options: {limit: 10}}``
+``throttler: {plugin: "hipq.contrib.throttlers:MaxPerTick", options: {limit: 10}}``
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An example throttler: at most ``limit`` running jobs per server.
 
-    throttler: {plugin: "plugins.per_server:PerServer", options: {limit: 2, field: server}}
+    throttler: {plugin: "hipq.contrib.per_server:PerServer", options: {limit: 2, field: server}}
 
 It composes the built-in parts from ``hipq.plugins``: the queue's weighted
 capacity (``CapacityPool``), one running job per ordering key (``OrderingKeys``),

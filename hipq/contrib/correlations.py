@@ -1,4 +1,4 @@
-"""An example correlation plugin: ``correlation: {plugin: "plugins.correlations:order_key"}``.
+"""An example correlation plugin: ``correlation: {plugin: "hipq.contrib.correlations:order_key"}``.
 
 hipq calls it with ``side="request"`` when a job is enqueued (scope: ``id``,
 ``queue``, ``data``; return the job's fixed key, or None for the default

@@ -1,6 +1,6 @@
 """Example retry plugins.
 
-``retry: {plugin: "plugins.retries:StepBackoff", options: {steps: [5, 30, 300]}}``
+``retry: {plugin: "hipq.contrib.retries:StepBackoff", options: {steps: [5, 30, 300]}}``
 """
 
 from __future__ import annotations

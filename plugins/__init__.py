@@ -1,1 +1,0 @@
-"""Example plugins to copy: load them from YAML as ``plugins.<module>:<attr>``."""
