@@ -43,7 +43,7 @@ def test_compose_and_example_config() -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     assert set(compose["services"]) == {"postgres", "hipq"}
     env = {"HIPQ_PUBLIC_URL": "http://hipq:8080", "HIPQ_ADMIN_TOKEN": "admin-token-123",
-           "HIPQ_READER_TOKEN": "reader-token-123", "HIPQ_SIGNING_KEY": "k"}
+           "HIPQ_READER_TOKEN": "reader-token-123", "HIPQ_SIGNING_KEY": "k" * 32}
     settings = load_config(DEPLOY / "hipq.yaml", env=env)
     assert settings.api.tokens
     assert "ExecStart=" in (DEPLOY / "hipq.service").read_text()
