@@ -134,7 +134,7 @@ def test_batch_bodies(api_url: str) -> None:
 
 
 def test_queue_bodies(api_url: str) -> None:
-    plugin = st.sampled_from(["os:system", "subprocess:Popen", "plugins.throttlers:MaxPerTick",
+    plugin = st.sampled_from(["os:system", "subprocess:Popen", "hipq.contrib.throttlers:MaxPerTick",
                               "hipq.retry:Fixed", "builtins:eval"])
     queue = st.fixed_dictionaries({}, optional={
         "attempts": scalars, "concurrency": scalars, "timezone": st.text(max_size=8),

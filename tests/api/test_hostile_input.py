@@ -120,10 +120,10 @@ async def test_plugins_named_over_the_api_come_only_from_allowed_modules(
     assert not marker.exists()  # nothing ran
     assert not imported.exists()  # nothing was even imported
     assert module not in sys.modules
-    allowed = [{"id": "ok1", "throttler": {"plugin": "plugins.throttlers:MaxPerTick",
+    allowed = [{"id": "ok1", "throttler": {"plugin": "hipq.contrib.throttlers:MaxPerTick",
                                            "options": {"limit": 3}}},
                {"id": "ok2", "target": {"kind": "python",
-                                        "function": "plugins.example_targets:greet"}},
+                                        "function": "hipq.contrib.example_targets:greet"}},
                {"id": "ok3", "retry": {"plugin": "hipq.retry:Fixed"}}]
     for body in allowed:
         status, answer = await api.call("POST", "/v1/jobs", body)
@@ -139,7 +139,7 @@ async def test_api_plugin_modules_is_configurable(live: LiveFactory,
     assert status == 201, body
     assert imported.exists()
     status, body = await api.call("POST", "/v1/jobs",
-                                  {"id": "p", "throttler": {"plugin": "plugins.throttlers:X"}})
+                                  {"id": "p", "throttler": {"plugin": "hipq.contrib.throttlers:X"}})
     assert (status, body["error"]["code"]) == (422, "plugin_not_allowed")
 
 
@@ -173,7 +173,7 @@ async def test_deep_data_is_refused_at_the_door_and_64_levels_work(live: LiveFac
     api = (await live()).api
     await api.call("POST", "/v1/jobs", {"id": "q", "attempts": 1,
                                         "target": {"kind": "python",
-                                                   "function": "plugins.example_targets:greet"}})
+                                                   "function": "hipq.contrib.example_targets:greet"}})
     for depth in (65, 300, 480):
         status, body = await api.call("PUT", "/v1/jobs/q/deep", {"data": nested(depth)})
         assert status == 422, (depth, body)

@@ -44,10 +44,10 @@ async def test_secrets_never_appear_in_answers(live: LiveFactory, downstream: Do
     secret_queue = http_queue("s", downstream.url, target={
         "auth": {"type": "bearer", "token": SECRETS[0]},
         "headers": {"X-Api-Key": SECRETS[1]}})
-    secret_queue["throttler"] = {"plugin": "plugins.throttlers:MaxPerTick",
+    secret_queue["throttler"] = {"plugin": "hipq.contrib.throttlers:MaxPerTick",
                                  "options": {"limit": 5}}
     python_queue = {"id": "p", "target": {"kind": "python",
-                                          "function": "plugins.example_targets:flaky",
+                                          "function": "hipq.contrib.example_targets:flaky",
                                           "options": {"fail_until_attempt": 1,
                                                       "api_token": SECRETS[2]}},
                     "retry": {"strategy": "fixed", "delay_seconds": 1}}
@@ -77,10 +77,10 @@ async def test_secrets_never_appear_in_answers(live: LiveFactory, downstream: Do
 
 def test_redaction_covers_plugin_and_retry_options() -> None:
     config = QueueConfig.model_validate({
-        "id": "q", "throttler": {"plugin": "plugins.throttlers:MaxPerTick",
+        "id": "q", "throttler": {"plugin": "hipq.contrib.throttlers:MaxPerTick",
                                  "options": {"limit": 1, "nested": {"apiKey": "s1"},
                                              "list": [{"Secret": "s2"}]}},
-        "retry": {"plugin": "plugins.retries:StepBackoff", "options": {"token": "s3"}}})
+        "retry": {"plugin": "hipq.contrib.retries:StepBackoff", "options": {"token": "s3"}}})
     shown = json.dumps(redacted(config))
     for secret in ("s1", "s2", "s3"):
         assert f'"{secret}"' not in shown
