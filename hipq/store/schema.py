@@ -18,7 +18,7 @@ from sqlalchemy.engine import Dialect
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Upgrades of an existing database, by the version they lead to (``migrate`` runs
 # those above the stored version, after creating what is missing).
@@ -32,6 +32,8 @@ UPGRADES: dict[int, list[str]] = {
     # 3: a response from a signed callback URL carries the token of the job it was
     # issued for (applied only to that job's try)
     3: ["ALTER TABLE response_inbox ADD COLUMN token TEXT"],
+    # 4: the daemons table (membership of the cluster; create_all makes it)
+    4: [],
 }
 
 
@@ -215,6 +217,16 @@ leases = sa.Table(
     sa.Column("queue", sa.Text, primary_key=True),
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("acquired_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# One row per live daemon, refreshed at each lease renewal: the cluster's membership
+# (each daemon aims at ceil(queues / live daemons) leases).
+daemons = sa.Table(
+    "daemons", metadata,
+    sa.Column("owner", sa.Text, primary_key=True),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("heartbeat_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
 )
 
