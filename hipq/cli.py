@@ -17,6 +17,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hipq.config import Settings, format_validation_error, load_config
 from hipq.daemon import Daemon, settle_heap
+from hipq.engine.leases import timing_warnings
 from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
 from hipq.log import setup_logging
@@ -181,6 +182,9 @@ async def cmd_check_config(args: argparse.Namespace, settings: Settings) -> int:
         await _reach(store, settings)
     finally:
         await store.close()
+    for warning in timing_warnings(interval_seconds=settings.reconcile.interval_seconds,
+                                   lease_seconds=settings.reconcile.lease_seconds):
+        sys.stderr.write(f"warning: {warning}\n")
     sys.stdout.write(f"config OK: {len(settings.queues)} queue(s), database reachable\n")
     return 0
 

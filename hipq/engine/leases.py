@@ -45,6 +45,30 @@ class LeaseChange:
     lost: list[str]
 
 
+MIN_LEASE_SECONDS = 1.0
+
+
+def timing_warnings(*, interval_seconds: float, lease_seconds: float) -> list[str]:
+    """What ``check-config`` says of ``reconcile.interval_seconds`` and
+    ``reconcile.lease_seconds`` together (leases renew on their own timer, every
+    third of ``lease_seconds``, whatever the interval)."""
+    warnings = []
+    if lease_seconds < MIN_LEASE_SECONDS:
+        warnings.append(
+            f"reconcile.lease_seconds is {lease_seconds:g}: leases renew every "
+            f"{lease_seconds / 3:.2f}s, and a slow database or a pause of the process "
+            "that long hands queues over for nothing (and fails unconfirmed launches "
+            f"as lost); use {MIN_LEASE_SECONDS:g} or more")
+    if interval_seconds >= lease_seconds:
+        warnings.append(
+            f"reconcile.interval_seconds ({interval_seconds:g}) is not shorter than "
+            f"reconcile.lease_seconds ({lease_seconds:g}): a dead daemon's queues are "
+            "taken over faster than a live one polls its own, and deadlines and retries "
+            "are noticed only every interval; lower interval_seconds (wake-ups carry "
+            "new work) or raise lease_seconds")
+    return warnings
+
+
 def fair_share(queues: int, daemons: int) -> int:
     """How many leases each live daemon aims at."""
     return math.ceil(queues / max(1, daemons))

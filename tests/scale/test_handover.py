@@ -12,7 +12,6 @@ import pytest
 
 from tests.scale.cluster import (
     Downstream,
-    enqueue,
     enqueue_batch,
     http_queue,
     job_counts,
@@ -35,7 +34,8 @@ async def _confirmed_running(pg: str) -> int:
 async def _history(pg: str) -> list[tuple[str, int, str]]:
     conn = await asyncpg.connect(pg)
     try:
-        rows = await conn.fetch("SELECT job_id AS id, attempt, outcome FROM job_attempts ORDER BY job_id")
+        rows = await conn.fetch(
+            "SELECT job_id AS id, attempt, outcome FROM job_attempts ORDER BY job_id")
     finally:
         await conn.close()
     return [(r["id"], r["attempt"], r["outcome"]) for r in rows]

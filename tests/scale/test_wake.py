@@ -41,7 +41,6 @@ async def test_an_enqueue_at_another_daemon_wakes_the_owner(
                            lease_seconds=30.0)
     downstream.cluster = cluster
     latencies = await _latencies(cluster, downstream, ROUNDS)
-    print("wake latencies (s):", sorted(round(x, 4) for x in latencies))
     assert statistics.median(latencies) < 0.1, latencies
 
 
