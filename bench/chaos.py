@@ -243,6 +243,15 @@ async def _drained(pg: str, expected: int) -> bool:
     return bool(row["live"] == 0 and row["done"] >= expected)
 
 
+def _start_downstream(opts: Options, ports: list[int]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench/chaos_downstream.py"),
+         "--daemons", ",".join(map(str, ports)), "--fail", str(opts.fail),
+         "--seed", str(opts.seed)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, "http://127.0.0.1:" + proc.stdout.readline().strip().split("=")[1]
+
+
 async def run_chaos(opts: Options) -> Report:
     opts.workdir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(opts.seed)
@@ -255,12 +264,7 @@ async def run_chaos(opts: Options) -> Report:
     slots = None
     try:
         ports = [_free_port() for _ in range(DAEMONS)]
-        downstream = subprocess.Popen(
-            [sys.executable, str(REPO / "bench/chaos_downstream.py"),
-             "--daemons", ",".join(map(str, ports)), "--fail", str(opts.fail),
-             "--seed", str(opts.seed)], stdout=subprocess.PIPE, text=True)
-        assert downstream.stdout is not None
-        down_url = "http://127.0.0.1:" + downstream.stdout.readline().strip().split("=")[1]
+        downstream, down_url = _start_downstream(opts, ports)
         slots = Slots(opts, url, down_url, ports)
         slots.start(0)
         await asyncio.sleep(2.0)  # the first one migrates; the others then start together
@@ -285,7 +289,9 @@ async def run_chaos(opts: Options) -> Report:
         await enqueuing
         chaos_end = time.monotonic()
         deadline = chaos_end + opts.drain_timeout
-        while not await _drained(pg_url, len(acknowledged)) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if await _drained(pg_url, len(acknowledged)):
+                break
             await asyncio.sleep(0.5)
         drained = time.monotonic()
         codes = await slots.stop_all()
