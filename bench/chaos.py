@@ -319,7 +319,7 @@ async def _report(opts: Options, pg: str, acknowledged: set[tuple[str, str]],
     for r in archived:
         statuses[r["queue"]][r["status"]] = statuses[r["queue"]].get(r["status"], 0) + 1
     [lost_tries] = await _db(pg, "SELECT count(*) AS n FROM job_attempts WHERE outcome = 'lost'")
-    launches = [tuple(x) for x in dump["launches"]]
+    launches = [(q, i, a) for q, i, a, _ in dump["launches"]]
     per_job = collections.Counter((q, i) for q, i, _ in launches)
     tries = collections.Counter(launches)
     peak = dump["peak"]

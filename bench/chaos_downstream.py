@@ -11,8 +11,8 @@ elsewhere, so an ``at_most_once`` job is launched once at most.
 
 It counts the launches outstanding per queue (received, response not yet sent)
 and their peak: the concurrency the downstream sees. ``GET /_dump`` returns
-``{"launches": [[queue, id, attempt], ...], "peak": {...}, "outstanding": {...},
-"answered": n}``.
+``{"launches": [[queue, id, attempt, arrival time.time()], ...], "peak": {...},
+"outstanding": {...}, "answered": n}``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import random
 import sys
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -34,7 +35,7 @@ class Downstream:
         self.fail = fail
         self.rng = random.Random(seed)
         self.max_delay = max_delay
-        self.launches: list[tuple[str, str, int]] = []
+        self.launches: list[tuple[str, str, int, float]] = []
         self.outstanding: dict[str, int] = {}
         self.peak: dict[str, int] = {}
         self.answered = 0
@@ -44,7 +45,7 @@ class Downstream:
     async def launch(self, request: web.Request) -> web.Response:
         body = await request.json()
         queue, job_id = request.match_info["queue"], request.match_info["id"]
-        self.launches.append((queue, job_id, int(body["attempt"])))
+        self.launches.append((queue, job_id, int(body["attempt"]), time.time()))
         self.outstanding[queue] = self.outstanding.get(queue, 0) + 1
         self.peak[queue] = max(self.peak.get(queue, 0), self.outstanding[queue])
         task = asyncio.create_task(self._respond(queue, body["callback_url"]))
