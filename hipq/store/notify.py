@@ -65,7 +65,7 @@ class Notifier:
             closed = asyncio.Event()
             try:
                 conn = await asyncpg.connect(self.url)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:  # whatever it is, polling carries on; retry later
                 log.warning("notify: cannot connect (%s); polling meanwhile", exc,
                             extra={"action": "notify_error"})
                 await asyncio.sleep(delay)  # noqa: TID251  (back-off, not logic)
@@ -81,8 +81,9 @@ class Notifier:
                 await closed.wait()
                 log.warning("notify: connection lost; reconnecting",
                             extra={"action": "notify_error"})
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:  # the loop must outlive any error of the connection
                 log.warning("notify: %s; reconnecting", exc, extra={"action": "notify_error"})
+                await asyncio.sleep(delay)  # noqa: TID251  (back-off, not logic)
             finally:
                 self._conn = None
                 self._connected.clear()
