@@ -43,11 +43,11 @@ LATENCY_RATE = 40.0
 
 def _config(url: str, port: int, downstream: str) -> dict[str, Any]:
     return {
-        "database": {"url": url, "pool_size": 6},
+        "database": {"url": url},
         "api": {"port": port},
         "reconcile": {"interval_seconds": 5.0, "lease_seconds": 3.0},
         "logging": {"level": "WARNING"},
-        "queues": [{"id": q, "concurrency": 200, "attempts": 3,
+        "queues": [{"id": q, "concurrency": 50, "attempts": 3,
                     "target": {"kind": "http", "url": downstream + "/launch/{queue}/{id}",
                                "mode": "callback", "timeout_seconds": 5}} for q in QUEUES],
     }
