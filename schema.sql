@@ -1,4 +1,4 @@
--- hipq schema version 3. Generated from hipq/store/schema.py
+-- hipq schema version 4. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same.
 
 CREATE TABLE archived_jobs (
@@ -43,6 +43,14 @@ CREATE INDEX ix_archived_jobs_finished ON archived_jobs (finished_at, queue, id)
 CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id);
 
 CREATE INDEX ix_archived_jobs_status ON archived_jobs (status, finished_at);
+
+CREATE TABLE daemons (
+	owner TEXT NOT NULL, 
+	started_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	heartbeat_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	expires_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	PRIMARY KEY (owner)
+);
 
 CREATE TABLE hipq_meta (
 	key TEXT NOT NULL, 

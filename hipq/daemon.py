@@ -36,6 +36,7 @@ from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
 from hipq.schedules import Schedules, open_schedules
 from hipq.service import Hipq
 from hipq.store import Store, open_store
+from hipq.store.notify import MEMBERS, WAKE, Notifier
 from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
 from hipq.targets.kafka import KafkaProducer
@@ -89,6 +90,7 @@ class Daemon:
         self.api_port: int | None = None  # the bound port once the API serves
         self.schedules: Schedules | None = None  # SPEC 14
         self.metrics = Metrics(monotonic=self.clock.monotonic)
+        self.notifier: Notifier | None = None  # scale-out: LISTEN/NOTIFY (PostgreSQL)
 
     # the parts, once open() has run
     @property
@@ -136,7 +138,7 @@ class Daemon:
             await store.migrate()
         else:
             await store.check_schema()
-        service = Hipq(store, clock=self.clock, on_work=self.wake,
+        service = Hipq(store, clock=self.clock, on_work=self._work_arrived,
                        on_enqueued=self.metrics.enqueued_jobs)
         for queue in self.settings.queues:
             await service.create_queue(queue)
@@ -149,7 +151,7 @@ class Daemon:
             producer = KafkaProducer(self.settings.kafka, clock=self.clock)
             self._stack.push_async_callback(producer.close)
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
-                                             on_work=self.wake)
+                                             on_work=self._work_arrived)
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
@@ -178,6 +180,7 @@ class Daemon:
         Unwinding runs them backwards: the consumer, the loop and the API stop first,
         then the last tick persists (:meth:`_finish`), then the clients close."""
         parts = self.parts
+        await self._start_notifier()  # stops after _finish: its last word is a NOTIFY
         self._stack.push_async_callback(self._finish)
         await parts.http.start()
         if parts.api is not None:
@@ -201,6 +204,10 @@ class Daemon:
                           seconds=self.settings.reconcile.interval_seconds,
                           next_run_time=datetime.now(UTC), max_instances=3, coalesce=True,
                           misfire_grace_time=None)
+        # leases on their own cadence, whatever interval_seconds is (scale-out)
+        scheduler.add_job(self._lease_job, "interval", id="leases",
+                          seconds=self.settings.reconcile.lease_seconds / 3,
+                          max_instances=1, coalesce=True, misfire_grace_time=None)
         scheduler.add_job(self.prune, "interval", id="prune", seconds=PRUNE_INTERVAL_SECONDS,
                           max_instances=1, coalesce=True)
         if self.schedules is not None and self.schedules.schedules:  # SPEC 14
@@ -217,6 +224,50 @@ class Daemon:
         :meth:`shutdown` waits for it on the tick lock."""
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(self.tick())
+
+    # -- scale-out: lease cadence and wake-ups across daemons ---------------------------
+
+    async def _lease_job(self) -> None:
+        """Every third of ``lease_seconds``: a tick renews and rebalances the leases;
+        if a tick is running (a long one), renew beside it so no lease lapses."""
+        leases = self.reconciler.leases
+        if self._tick_lock.locked():
+            try:
+                await leases.renew(self.clock.now())
+            except HipqError as exc:
+                log.warning("lease renewal failed: %s", exc, extra={"action": "lease_error"})
+            self._again = True
+            return
+        leases.force = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self.tick())
+
+    async def _start_notifier(self) -> None:
+        if not self.settings.database.notify or self.store.dialect != "postgresql":
+            return
+        self.notifier = Notifier(self.settings.database.url, on_notify=self._notified)
+        self.notifier.start()
+        self._stack.push_async_callback(self._stop_notifier)
+        await self.notifier.wait_connected(5.0)
+
+    async def _stop_notifier(self) -> None:
+        if self.notifier is not None:
+            await self.notifier.stop()
+
+    def _notified(self, payload: str) -> None:
+        if payload == MEMBERS:
+            self.reconciler.leases.force = True
+            if self._scheduler is not None:
+                self._wake_now()
+            return
+        self.wake()
+
+    def _work_arrived(self) -> None:
+        """An enqueue or a response reached this daemon: its queue may be ours or
+        another daemon's; wake both."""
+        self.wake()
+        if self.notifier is not None:
+            self.notifier.notify(WAKE)
 
     def wake(self) -> None:
         """Run a tick soon (debounced); safe to call often and from callbacks.
@@ -297,6 +348,9 @@ class Daemon:
                 if self.metrics.observe_tick(result, self.clock.monotonic() - started):
                     log_failures(result.ended)
             await self.store.lease_release_all(owner=self.owner)
+            await self.store.daemon_leave(owner=self.owner)
+            if self.notifier is not None:  # the others take the queues over at once
+                await self.notifier.send_now(MEMBERS)
         except HipqError as exc:
             log.warning("shutdown could not persist everything: %s", exc)
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticValidationError
 from hipq.cli.common import reach, run_command, with_store
 from hipq.config import ApiConfig, Settings, format_validation_error
 from hipq.daemon import Daemon, settle_heap
+from hipq.engine.leases import timing_warnings
 from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
 from hipq.retry import build_retry
@@ -138,6 +139,9 @@ async def _check_config(args: argparse.Namespace, settings: Settings) -> int:
         check_schedules(settings, await _database_queues(store))
     finally:
         await store.close()
+    for warning in timing_warnings(interval_seconds=settings.reconcile.interval_seconds,
+                                   lease_seconds=settings.reconcile.lease_seconds):
+        sys.stderr.write(f"warning: {warning}\n")
     sys.stdout.write(f"config OK: {len(settings.queues)} queue(s), "
                      f"{len(settings.schedules)} schedule(s), database reachable\n")
     return 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +61,9 @@ class Launcher:
         self._flush_lock = asyncio.Lock()
         self._outstanding: dict[str, int] = {}  # queue -> launches not answered yet
         self._waiting: set[str] = set()  # queues whose claims waited for free slots
+        # per queue: launches not yet recorded (confirmed in the database, or their
+        # outcome in memory for the next tick); a handover waits for zero
+        self._unrecorded: Counter[str] = Counter()
 
     def launch_many(self, launches: Sequence[tuple[Target, Job]]) -> None:
         """Send these jobs in the background, in order, ``concurrency`` at a time
@@ -68,6 +71,7 @@ class Launcher:
         self._pending.extend(launches)
         for _, job in launches:
             self._outstanding[job.queue] = self._outstanding.get(job.queue, 0) + 1
+        self._unrecorded.update(job.queue for _, job in launches)
         while self._workers < self.concurrency and self._workers < len(self._pending):
             self._workers += 1
             self._spawn(self._worker())
@@ -111,8 +115,19 @@ class Launcher:
                 asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
             return
         self._outcomes.append(result)
+        self._recorded([result.job.queue])
         if len(self._outcomes) == 1 and self.on_wake is not None:
             self.on_wake()
+
+    def _recorded(self, queues: Sequence[str]) -> None:
+        self._unrecorded.subtract(queues)
+        for queue in set(queues):
+            if self._unrecorded[queue] <= 0:
+                del self._unrecorded[queue]
+
+    def busy(self, queue: str) -> bool:
+        """Whether launches of ``queue`` are in flight or not yet recorded."""
+        return queue in self._unrecorded
 
     def take_outcomes(self) -> list[LaunchResult]:
         """The immediate outcomes (and failed launches) since the last call."""
@@ -127,6 +142,7 @@ class Launcher:
                 return
             try:
                 await self.store.job_confirm_launch_many(keys=confirm, owner=self.owner)
+                self._recorded([queue for queue, _, _ in confirm])
             except HipqError:
                 log.exception("could not confirm %d launches; will retry", len(confirm))
                 self._confirm[:0] = confirm

@@ -1,20 +1,33 @@
-"""Queue leases and the adoption of running jobs.
+"""Queue leases, the cluster's membership, and the adoption of running jobs.
 
 State model. A lease row per queue (``leases``: queue, owner, expires_at) says which
-daemon owns the queue; the database is authoritative, :attr:`Leases.held` is this
-daemon's copy of what it held at its last renewal. A lease is renewed every third
-of ``lease_seconds`` (and at once when queues appear or go away), so a healthy
-daemon never lets one lapse.
+daemon owns the queue, and a row per live daemon (``daemons``, with a heartbeat)
+says who shares the queues; the database is authoritative. :attr:`Leases.held` is
+this daemon's copy of the queues it owns and fetches for; :attr:`Leases.releasing`
+the queues it still owns but is handing over (no fetch; released once their
+in-flight launches are recorded and persisted, see :mod:`.handover`).
+
+Fair spread. At each renewal (every third of ``lease_seconds``, on a timer of its
+own so a long tick interval never lets a lease lapse; and at once when queues
+appear or go away) a daemon heartbeats, reads the live set, and aims at
+``ceil(queues / live daemons)`` leases: over its share, it hands the excess over;
+under it, it takes free or expired leases up to its share. A daemon that joins
+thus gets its share within two renewals after the others released theirs, well
+inside ``2 x lease_seconds``.
 
 Failure modes: a daemon that dies stops renewing; after ``lease_seconds`` another
 daemon acquires the queue and adopts its running jobs (:func:`adopt`): confirmed
 launches keep waiting for their response or deadline, unconfirmed ones fail with
-``lost``. A daemon that finds it lost a lease drops that queue from its batch.
+``lost``. A daemon that finds it lost a lease drops that queue from its batch. A
+database error in a renewal is logged; the next renewal tries again (the leases
+stay valid until they expire).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -32,29 +45,134 @@ class LeaseChange:
     lost: list[str]
 
 
+MIN_LEASE_SECONDS = 1.0
+
+
+def timing_warnings(*, interval_seconds: float, lease_seconds: float) -> list[str]:
+    """What ``check-config`` says of ``reconcile.interval_seconds`` and
+    ``reconcile.lease_seconds`` together (leases renew on their own timer, every
+    third of ``lease_seconds``, whatever the interval)."""
+    warnings = []
+    if lease_seconds < MIN_LEASE_SECONDS:
+        warnings.append(
+            f"reconcile.lease_seconds is {lease_seconds:g}: leases renew every "
+            f"{lease_seconds / 3:.2f}s, and a slow database or a pause of the process "
+            "that long hands queues over for nothing (and fails unconfirmed launches "
+            f"as lost); use {MIN_LEASE_SECONDS:g} or more")
+    if interval_seconds >= lease_seconds:
+        warnings.append(
+            f"reconcile.interval_seconds ({interval_seconds:g}) is not shorter than "
+            f"reconcile.lease_seconds ({lease_seconds:g}): a dead daemon's queues are "
+            "taken over faster than a live one polls its own, and deadlines and retries "
+            "are noticed only every interval; lower interval_seconds (wake-ups carry "
+            "new work) or raise lease_seconds")
+    return warnings
+
+
+def fair_share(queues: int, daemons: int) -> int:
+    """How many leases each live daemon aims at."""
+    return math.ceil(queues / max(1, daemons))
+
+
 class Leases:
     def __init__(self, store: Store, *, owner: str, lease_seconds: float) -> None:
         self.store = store
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.held: set[str] = set()
+        self.releasing: set[str] = set()  # still ours, being handed over
+        self.live: list[str] = [owner]  # the live daemons at the last heartbeat
+        self.stopping = False  # a graceful stop: acquire nothing more
+        self.force = False  # renew and rebalance at the next refresh (timer, NOTIFY)
         self._renewed_at: datetime | None = None
         self._seen: set[str] = set()
+        self._lost: set[str] = set()  # found lost by a renewal, not yet reported
+        self._lock = asyncio.Lock()
+
+    @property
+    def renew_every(self) -> timedelta:
+        return timedelta(seconds=self.lease_seconds / 3)
+
+    @property
+    def owned(self) -> set[str]:
+        return self.held | self.releasing
+
+    def due(self, now: datetime) -> bool:
+        return self._renewed_at is None or now - self._renewed_at >= self.renew_every
+
+    async def renew(self, now: datetime) -> None:
+        """Heartbeat and renew what this daemon owns, nothing else: the timer's job,
+        safe beside a tick (what it finds lost is reported by the next refresh)."""
+        async with self._lock:
+            await self._renew(now)
+
+    async def _renew(self, now: datetime) -> None:
+        self.live = await self.store.daemon_heartbeat(owner=self.owner, now=now,
+                                                      seconds=self.lease_seconds)
+        if self.owned:
+            kept = await self.store.lease_acquire_many(
+                queues=sorted(self.owned), owner=self.owner, now=now,
+                seconds=self.lease_seconds)
+            self._lost |= self.owned - kept
+            self.held &= kept
+            self.releasing &= kept
+        self._renewed_at = now
 
     async def refresh(self, queues: Collection[str], now: datetime) -> LeaseChange:
-        """Acquire and renew leases when due; what was gained and lost since."""
-        renew_every = timedelta(seconds=self.lease_seconds / 3)
-        if (self._renewed_at is not None and now - self._renewed_at < renew_every
-                and set(queues) == self._seen):
-            return LeaseChange(gained=[], lost=[])
-        held = await self.store.lease_acquire_many(
-            queues=list(queues), owner=self.owner, now=now, seconds=self.lease_seconds)
-        self._renewed_at, self._seen = now, set(queues)
-        change = LeaseChange(gained=sorted(held - self.held), lost=sorted(self.held - held))
-        for queue in change.lost:
+        """In a tick: renew when due, rebalance towards the fair share; what was
+        gained and lost since the last call."""
+        async with self._lock:
+            gained: set[str] = set()
+            if self.force or self.due(now) or set(queues) != self._seen:
+                self.force = False
+                gained = await self._rebalance(set(queues), now)
+            lost, self._lost = self._lost, set()
+            lost -= gained
+        for queue in sorted(lost):
             log.warning("lost the lease on queue %s", queue, extra={"action": "lease_lost"})
-        self.held = held
-        return change
+        return LeaseChange(gained=sorted(gained), lost=sorted(lost))
+
+    async def _rebalance(self, queues: set[str], now: datetime) -> set[str]:
+        self._seen = set(queues)
+        gone = self.owned - queues  # deleted queues: let their leases go
+        if gone:
+            await self.store.lease_release_many(queues=sorted(gone), owner=self.owner)
+            self._lost |= gone
+            self.held -= gone
+            self.releasing -= gone
+        await self._renew(now)
+        share = fair_share(len(queues), len(self.live))
+        if self.stopping:
+            return set()
+        if len(self.held) > share:
+            excess = sorted(self.held)[share:]
+            self.held -= set(excess)
+            self.releasing |= set(excess)
+            log.info("handing over %d queues (share %d of %d queues, %d daemons)",
+                     len(excess), share, len(queues), len(self.live),
+                     extra={"action": "handover_start"})
+            return set()
+        want = share - len(self.owned)
+        if want <= 0:
+            return set()
+        leases = await self.store.lease_list()
+        free = [q for q in sorted(queues - self.owned)
+                if q not in leases or leases[q][1] < now]
+        if not free:
+            return set()
+        got = await self.store.lease_acquire_many(
+            queues=free[:want], owner=self.owner, now=now, seconds=self.lease_seconds)
+        self.held |= got
+        return got
+
+    async def release(self, queues: Collection[str]) -> None:
+        """The end of a handover: the queues are no longer ours."""
+        async with self._lock:
+            await self.store.lease_release_many(queues=sorted(queues), owner=self.owner)
+            self.releasing -= set(queues)
+            self.held -= set(queues)
+        log.info("handed over queues %s", ", ".join(sorted(queues)),
+                 extra={"action": "handover"})
 
 
 async def adopt(store: Store, *, queue: str, owner: str, now: datetime) -> list[Entry]:

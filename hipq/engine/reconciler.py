@@ -124,6 +124,7 @@ class Reconciler:
         now = self.clock.now()
         queues = {q.id: q for q in await self.store.queue_list()}
         await self._leases(queues, now, counters)
+        handing_over = self._ready_to_hand_over()
         self._apply_launches(counters)
         await self.inbox.apply(self.batch, now, counters)
         self._mark_timeouts(now, counters)
@@ -133,6 +134,7 @@ class Reconciler:
             for job in await self.store.job_expired_sweep(now=now, limit=EXPIRY_SWEEP_LIMIT):
                 counters.expired(job.queue, 1)
         await self._steps_1_to_5(queues, now, counters)
+        await self._hand_over(handing_over)  # scale-out: after the persist, see .leases
         result = counters.result()
         if result.changed:
             log.info("reconcile tick: %s", dict(counters.values), extra={"action": "tick"})
@@ -169,6 +171,17 @@ class Reconciler:
             for entry in entries:
                 self._add(entry)
             counters.add("adopted", len(entries))
+
+    def _ready_to_hand_over(self) -> list[str]:
+        """Queues being handed over whose launches are all recorded: what this tick
+        applies and persists of them is all there is; released at its end."""
+        return [q for q in sorted(self.leases.releasing) if not self.launcher.busy(q)]
+
+    async def _hand_over(self, queues: list[str]) -> None:
+        if queues:
+            await self.leases.release(queues)
+            for queue in queues:
+                self.batch.drop_queue(queue)
 
     def _add(self, entry: Entry) -> None:
         self.batch.add(entry)
@@ -425,3 +438,4 @@ class Reconciler:
     def stop(self) -> None:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""
         self._stopping = True
+        self.leases.stopping = True

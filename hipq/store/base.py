@@ -268,6 +268,24 @@ class Store(Protocol):
     async def lease_release_all(self, *, owner: str) -> int:
         """Drop every lease of ``owner``. Returns how many."""
 
+    async def lease_release_many(self, *, queues: Sequence[str], owner: str) -> int:
+        """Drop the leases of these queues that ``owner`` holds (a handover); leases
+        of other owners are left alone. Returns how many."""
+
+    async def lease_list(self) -> dict[str, tuple[str, datetime]]:
+        """Every lease row: queue -> (owner, expires_at), expired ones included."""
+
+    # -- membership ----------------------------------------------------------------------
+
+    async def daemon_heartbeat(self, *, owner: str, now: datetime,
+                               seconds: float) -> list[str]:
+        """Register ``owner`` as live until ``now + seconds`` (``started_at`` kept on
+        a renewal); forget daemons expired for longer than ``seconds``. Returns the
+        live daemons (``expires_at >= now``), sorted, ``owner`` included."""
+
+    async def daemon_leave(self, *, owner: str) -> None:
+        """Remove ``owner`` from the live set (a graceful stop)."""
+
     # -- stats and housekeeping --------------------------------------------------------
 
     async def queue_stats(self, *, now: datetime) -> list[QueueStats]:

@@ -133,6 +133,7 @@ class SQLAlchemyStore(abc.ABC):
 
     async def migrate(self) -> int:
         async with self._tx() as conn:
+            await self._migration_lock(conn)
             current = await self._version(conn)
             if current is not None and current > s.SCHEMA_VERSION:
                 raise SchemaError(f"database schema version {current} is newer than this "
@@ -159,6 +160,11 @@ class SQLAlchemyStore(abc.ABC):
                 return
             step = statement
         await conn.exec_driver_sql(step)
+
+    async def _migration_lock(self, conn: AsyncConnection) -> None:
+        """Serialize concurrent migrations (held until the transaction ends); SQLite
+        has a single writer already."""
+        return
 
     async def check_schema(self) -> None:
         try:
@@ -516,6 +522,45 @@ class SQLAlchemyStore(abc.ABC):
         async with self._tx() as conn:
             result = await conn.execute(s.leases.delete().where(s.leases.c.owner == owner))
         return int(result.rowcount)
+
+    async def lease_release_many(self, *, queues: Sequence[str], owner: str) -> int:
+        if not queues:
+            return 0
+        t = s.leases
+        async with self._tx() as conn:
+            result = await conn.execute(t.delete().where(t.c.owner == owner,
+                                                         t.c.queue.in_(list(queues))))
+        return int(result.rowcount)
+
+    async def lease_list(self) -> dict[str, tuple[str, datetime]]:
+        t = s.leases
+        async with self._tx() as conn:
+            rows = await conn.execute(sa.select(t.c.queue, t.c.owner, t.c.expires_at))
+            return {r.queue: (r.owner, r.expires_at) for r in rows}
+
+    # -- membership ----------------------------------------------------------------------
+
+    async def daemon_heartbeat(self, *, owner: str, now: datetime,
+                               seconds: float) -> list[str]:
+        t = s.daemons
+        expires = now + timedelta(seconds=seconds)
+        insert = self._insert(t).values(owner=owner, started_at=now, heartbeat_at=now,
+                                        expires_at=expires)
+        stmt = insert.on_conflict_do_update(
+            index_elements=["owner"],
+            set_={"heartbeat_at": insert.excluded.heartbeat_at,
+                  "expires_at": insert.excluded.expires_at})
+        async with self._tx() as conn:
+            await conn.execute(stmt)
+            await conn.execute(t.delete().where(t.c.expires_at < now - timedelta(
+                seconds=seconds)))  # long gone: nobody needs their row
+            rows = await conn.execute(sa.select(t.c.owner).where(t.c.expires_at >= now)
+                                      .order_by(t.c.owner))
+            return [r.owner for r in rows]
+
+    async def daemon_leave(self, *, owner: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(s.daemons.delete().where(s.daemons.c.owner == owner))
 
     # -- stats and housekeeping ----------------------------------------------------------
 

@@ -74,6 +74,10 @@ _INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
 _INBOX_JSON = frozenset({"result", "error"})
 
 
+# the advisory lock key of ``migrate`` (any constant; "hipq" in ASCII)
+MIGRATION_LOCK_KEY = 0x68697071
+
+
 class PostgresStore(SQLAlchemyStore):
     """The :class:`~hipq.store.base.Store` on PostgreSQL."""
 
@@ -115,6 +119,12 @@ class PostgresStore(SQLAlchemyStore):
 
     async def _queue_rows(self) -> Sequence[Any]:
         return await self._fetch("queues")
+
+    async def _migration_lock(self, conn: AsyncConnection) -> None:
+        """Replicas starting together on an empty database migrate one at a time: a
+        transaction-scoped advisory lock, released at commit; the next one then
+        finds the schema made and changes nothing."""
+        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
 
     # -- enqueue -----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Dialect
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 @dataclass(frozen=True, slots=True)
 class AddColumn:
@@ -51,6 +51,8 @@ UPGRADES: dict[int, list[str | AddColumn]] = {
     3: [AddColumn("response_inbox", "token", "TEXT"),
         "CREATE INDEX IF NOT EXISTS ix_archived_jobs_queue_finished "
         "ON archived_jobs (queue, finished_at, id)"],
+    # 4: the daemons table (membership of the cluster; create_all makes it)
+    4: [],
 }
 
 
@@ -236,6 +238,16 @@ leases = sa.Table(
     sa.Column("queue", sa.Text, primary_key=True),
     sa.Column("owner", sa.Text, nullable=False),
     sa.Column("acquired_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# One row per live daemon, refreshed at each lease renewal: the cluster's membership
+# (each daemon aims at ceil(queues / live daemons) leases).
+daemons = sa.Table(
+    "daemons", metadata,
+    sa.Column("owner", sa.Text, primary_key=True),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("heartbeat_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
 )
 

@@ -171,9 +171,9 @@ async def test_dot_ids_are_refused(live: LiveFactory, downstream: Downstream) ->
 
 async def test_deep_data_is_refused_at_the_door_and_64_levels_work(live: LiveFactory) -> None:
     api = (await live()).api
+    greet = "hipq.contrib.example_targets:greet"
     await api.call("POST", "/v1/jobs", {"id": "q", "attempts": 1,
-                                        "target": {"kind": "python",
-                                                   "function": "hipq.contrib.example_targets:greet"}})
+                                        "target": {"kind": "python", "function": greet}})
     for depth in (65, 300, 480):
         status, body = await api.call("PUT", "/v1/jobs/q/deep", {"data": nested(depth)})
         assert status == 422, (depth, body)

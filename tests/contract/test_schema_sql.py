@@ -122,6 +122,8 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "DROP INDEX ux_jobs_correlation_key",
     "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key)",
     "CREATE INDEX ix_job_attempts_finished ON job_attempts (finished_at)",
+    "ALTER TABLE response_inbox DROP COLUMN token",  # version 3
+    "DROP TABLE daemons",  # version 4
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 

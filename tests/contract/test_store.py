@@ -789,6 +789,41 @@ async def test_lease_release_all(store: Store, clock: FakeClock) -> None:
                                           seconds=30) == {"a"}
 
 
+async def test_lease_release_many_only_the_owners(store: Store, clock: FakeClock) -> None:
+    await store.lease_acquire_many(queues=["a", "b"], owner=OWNER, now=clock.now(), seconds=30)
+    await store.lease_acquire_many(queues=["c"], owner=OTHER, now=clock.now(), seconds=30)
+
+    assert await store.lease_release_many(queues=["a", "c"], owner=OWNER) == 1
+    assert await store.lease_release_many(queues=[], owner=OWNER) == 0
+    leases = await store.lease_list()
+    assert {q: owner for q, (owner, _) in leases.items()} == {"b": OWNER, "c": OTHER}
+    assert leases["b"][1] == clock.now() + timedelta(seconds=30)
+    assert await store.lease_acquire_many(queues=["a"], owner=OTHER, now=clock.now(),
+                                          seconds=30) == {"a"}
+
+
+# -- membership ---------------------------------------------------------------------------
+
+
+async def test_daemon_heartbeat_lists_the_live(store: Store, clock: FakeClock) -> None:
+    assert await store.daemon_heartbeat(owner=OWNER, now=clock.now(), seconds=10) == [OWNER]
+    clock.advance(5)
+    assert await store.daemon_heartbeat(owner=OTHER, now=clock.now(), seconds=10) == sorted(
+        [OWNER, OTHER])
+    clock.advance(6)  # OWNER's heartbeat is 11 s old: no longer live
+    assert await store.daemon_heartbeat(owner=OTHER, now=clock.now(), seconds=10) == [OTHER]
+    # a renewal brings it back
+    assert await store.daemon_heartbeat(owner=OWNER, now=clock.now(), seconds=10) == sorted(
+        [OWNER, OTHER])
+
+
+async def test_daemon_leave(store: Store, clock: FakeClock) -> None:
+    await store.daemon_heartbeat(owner=OWNER, now=clock.now(), seconds=10)
+    await store.daemon_leave(owner=OWNER)
+    await store.daemon_leave(owner="nobody")  # no such daemon: nothing happens
+    assert await store.daemon_heartbeat(owner=OTHER, now=clock.now(), seconds=10) == [OTHER]
+
+
 # -- stats and pruning ------------------------------------------------------------------
 
 

@@ -114,3 +114,14 @@ def test_run_refuses_a_non_loopback_host_without_tokens(tmp_path: Path) -> None:
     assert_clean_error(result, "api.host '0.0.0.0'", "api.allow_insecure")
     assert result.returncode == 2
     assert not (tmp_path / "h.db").exists()  # refused before anything was opened
+
+
+def test_check_config_warns_of_lease_and_interval_that_make_no_sense(tmp_path: Path) -> None:
+    result = hipq(tmp_path, "check-config", config=SQLITE.format(db=tmp_path / "h.db")
+                  + "reconcile: {interval_seconds: 10, lease_seconds: 0.5}\n")
+    assert result.returncode == 0, result.stderr
+    assert "config OK" in result.stdout
+    assert "warning: reconcile.lease_seconds is 0.5" in result.stderr
+    assert "reconcile.interval_seconds (10) is not shorter" in result.stderr
+    quiet = hipq(tmp_path, "check-config", config=SQLITE.format(db=tmp_path / "h.db"))
+    assert "warning" not in quiet.stderr

@@ -1,0 +1,111 @@
+"""The chaos harness's downstream, a process of its own (``bench/chaos.py`` starts it).
+
+    python bench/chaos_downstream.py --daemons PORT,PORT,... [--fail 0.2] [--seed 1]
+
+Prints ``PORT=<n>`` once it listens on 127.0.0.1. Every launch is answered ``202``
+and recorded; after a short random delay its response is POSTed to the job's
+signed callback URL at one of the daemons (any live one: the URL verifies at every
+daemon; a dead one is skipped, the next tried). A share ``--fail`` of the tries
+fail: retryable on an ``at_least_once`` queue (name ending ``-alo``), not retryable
+elsewhere, so an ``at_most_once`` job is launched once at most.
+
+It counts the launches outstanding per queue (received, response not yet sent)
+and their peak: the concurrency the downstream sees. ``GET /_dump`` returns
+``{"launches": [[queue, id, attempt, arrival time.time()], ...], "peak": {...},
+"outstanding": {...}, "answered": n}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
+
+
+class Downstream:
+    def __init__(self, daemon_ports: list[int], fail: float, seed: int,
+                 max_delay: float) -> None:
+        self.ports = daemon_ports
+        self.fail = fail
+        self.rng = random.Random(seed)
+        self.max_delay = max_delay
+        self.launches: list[tuple[str, str, int, float]] = []
+        self.outstanding: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self.answered = 0
+        self.session: ClientSession | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def launch(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        queue, job_id = request.match_info["queue"], request.match_info["id"]
+        self.launches.append((queue, job_id, int(body["attempt"]), time.time()))
+        self.outstanding[queue] = self.outstanding.get(queue, 0) + 1
+        self.peak[queue] = max(self.peak.get(queue, 0), self.outstanding[queue])
+        task = asyncio.create_task(self._respond(queue, body["callback_url"]))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return web.json_response({"ok": True}, status=202)
+
+    async def _respond(self, queue: str, url: str) -> None:
+        await asyncio.sleep(self.rng.random() * self.max_delay)
+        if self.rng.random() < self.fail:
+            body: dict[str, Any] = {"status": "failed", "retryable": queue.endswith("-alo"),
+                                    "result": {"error": "chaos"}}
+        else:
+            body = {"status": "succeeded", "result": {"ok": True}}
+        self.outstanding[queue] -= 1
+        assert self.session is not None
+        parts = urlsplit(url)
+        start = self.rng.randrange(len(self.ports))
+        attempt = 0
+        while True:
+            port = self.ports[(start + attempt) % len(self.ports)]
+            attempt += 1
+            target = urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}"))
+            try:
+                async with self.session.post(target, json=body) as answer:
+                    if answer.status < 500:
+                        self.answered += 1
+                        return
+            except (ClientError, OSError, TimeoutError):
+                pass
+            await asyncio.sleep(0.05 if attempt % len(self.ports) else 0.5)
+
+    async def dump(self, _request: web.Request) -> web.Response:
+        return web.json_response({"launches": self.launches, "peak": self.peak,
+                                  "outstanding": self.outstanding,
+                                  "answered": self.answered})
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--daemons", required=True)
+    parser.add_argument("--fail", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-delay", type=float, default=0.1)
+    args = parser.parse_args()
+    service = Downstream([int(p) for p in args.daemons.split(",")], args.fail, args.seed,
+                         args.max_delay)
+    service.session = ClientSession(timeout=ClientTimeout(total=5))
+    app = web.Application()
+    app.router.add_post("/launch/{queue}/{id}", service.launch)
+    app.router.add_get("/_dump", service.dump)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    sys.stdout.write(f"PORT={port}\n")
+    sys.stdout.flush()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,137 @@
+"""Wake-ups across daemons: PostgreSQL LISTEN/NOTIFY on a dedicated connection.
+
+Every daemon LISTENs on one channel and NOTIFYs it when work arrives that another
+daemon may own (an enqueue, a response): the queue's owner then ticks at once
+instead of at its next poll. Payloads say what to do: ``wake`` (run a tick) or
+``members`` (the cluster changed: rebalance the leases now).
+
+The listening connection is an asyncpg connection of its own, never a pooled one
+(a pooled connection keeps its listener after it goes back to the pool: see
+STACK.md). Sends are coalesced: while one NOTIFY is on its way, further calls
+with the same payload make one more send after it, not one each. A notification
+from this very connection is ignored (its sender already woke itself).
+
+Failure modes: the connection drops (a database restart) -> reconnect with
+back-off; meanwhile wake-ups are lost and polling carries the work, as it does
+when ``database.notify`` is off (e.g. behind PgBouncer in transaction mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "hipq_wake"
+WAKE = "wake"
+MEMBERS = "members"
+RETRY_MIN_SECONDS = 0.2
+RETRY_MAX_SECONDS = 5.0
+
+
+def asyncpg_url(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as asyncpg takes it."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+', 1)[0]}://{rest}"
+
+
+class Notifier:
+    def __init__(self, url: str, *, on_notify: Callable[[str], None]) -> None:
+        self.url = asyncpg_url(url)
+        self.on_notify = on_notify
+        self._conn: Any = None
+        self._pid: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._sending: dict[str, bool] = {}  # payload -> one more send wanted
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def wait_connected(self, seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._connected.wait(), seconds)
+        return self._connected.is_set()
+
+    async def _run(self) -> None:
+        delay = RETRY_MIN_SECONDS
+        while True:
+            closed = asyncio.Event()
+            try:
+                conn = await asyncpg.connect(self.url)
+            except Exception as exc:  # whatever it is, polling carries on; retry later
+                log.warning("notify: cannot connect (%s); polling meanwhile", exc,
+                            extra={"action": "notify_error"})
+                await asyncio.sleep(delay)  # noqa: TID251  (back-off, not logic)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                continue
+            delay = RETRY_MIN_SECONDS
+            conn.add_termination_listener(lambda _c, ev=closed: ev.set())
+            try:
+                await conn.add_listener(CHANNEL, self._received)
+                self._conn, self._pid = conn, conn.get_server_pid()
+                self._connected.set()
+                self.on_notify(MEMBERS)  # missed notifications: look again
+                await closed.wait()
+                log.warning("notify: connection lost; reconnecting",
+                            extra={"action": "notify_error"})
+            except Exception as exc:  # the loop must outlive any error of the connection
+                log.warning("notify: %s; reconnecting", exc, extra={"action": "notify_error"})
+                await asyncio.sleep(delay)  # noqa: TID251  (back-off, not logic)
+            finally:
+                self._conn = None
+                self._connected.clear()
+                with contextlib.suppress(Exception):
+                    conn.terminate()
+
+    def _received(self, _conn: Any, pid: int, _channel: str, payload: str) -> None:
+        if pid != self._pid:
+            self.on_notify(payload)
+
+    def notify(self, payload: str = WAKE) -> None:
+        """Tell the other daemons (in the background; coalesced)."""
+        if self._conn is None:
+            return
+        if payload in self._sending:
+            self._sending[payload] = True
+            return
+        self._sending[payload] = False
+        task = asyncio.create_task(self._send(payload))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _send(self, payload: str) -> None:
+        try:
+            while True:
+                conn = self._conn
+                if conn is None:
+                    return
+                try:
+                    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    log.debug("notify: send failed: %s", exc)
+                    return
+                if not self._sending.get(payload):
+                    return
+                self._sending[payload] = False
+        finally:
+            self._sending.pop(payload, None)
+
+    async def send_now(self, payload: str) -> None:
+        """Send and wait (a stopping daemon's last word)."""
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

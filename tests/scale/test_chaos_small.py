@@ -1,0 +1,26 @@
+"""The chaos harness (``bench/chaos.py``), small: 300 jobs, three daemons, three
+SIGKILLs and a PostgreSQL restart; nothing lost, no double launch on the
+``at_most_once`` queue, no limit overshoot as the downstream sees it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.chaos import Options, run_chaos
+
+pytestmark = pytest.mark.slow
+
+
+async def test_small_chaos_run(tmp_path: Path) -> None:
+    report = await run_chaos(Options(jobs=300, kills=3, kill_every=2.0, drain_timeout=60,
+                                     workdir=tmp_path))
+    assert report.acknowledged == 300
+    assert report.lost_jobs == 0, report
+    assert report.terminal == 300, report
+    assert report.double_launches_amo == 0, report
+    assert report.overshoots == 0, report
+    assert report.kills == 3
+    assert report.pg_restarts == 1
+    assert report.drain_seconds < 60, report
