@@ -165,7 +165,7 @@ def test_response_bodies(api_url: str) -> None:
         "attempt": st.integers(1, 3) | scalars,
         "retryable": scalars, "result": payloads, "error": payloads,
         "extend_seconds": scalars})
-    signed = Signer(THREAD_SIGNING_KEY).callback_url("", "k-a", 1)
+    signed = Signer(THREAD_SIGNING_KEY).callback_url("", "k-a", 1, "tok")
 
     @given(fields=response, mangle=st.integers(0, 2), content_type=st.sampled_from(CONTENT_TYPES),
            path=st.sampled_from(["/v1/jobs/q/none", "/v1/inbox/r", "/v1/inbox/r/tail",

@@ -243,7 +243,7 @@ async def test_responses_with_unstorable_values_are_refused(live: LiveFactory,
     assert sum(stats["responses"].values()) == 0  # nothing reached the inbox
     assert (await api.job("q", "j"))["status"] == "running"
     # a signed URL for a huge attempt is refused too (never a 500)
-    url = Signer(SIGNING_KEY).callback_url(api.base, "k", 2**40)
+    url = Signer(SIGNING_KEY).callback_url(api.base, "k", 2**40, "tok")
     status, _ = await api.call("POST", url, {}, token=None)
     assert status in {401, 422}
 

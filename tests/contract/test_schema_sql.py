@@ -118,7 +118,6 @@ async def test_migrate_is_idempotent(store: Store) -> None:
 
 
 VERSION_1 = [  # what version 1 had where later versions differ
-    "ALTER TABLE response_inbox DROP COLUMN token",
     "DROP INDEX ux_jobs_correlation_key",
     "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key)",
     "CREATE INDEX ix_job_attempts_finished ON job_attempts (finished_at)",
