@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -86,6 +87,12 @@ class _Sent:
 
     async def send(self, topic: str, **message: Any) -> None:
         self.calls.append({"topic": topic, **message})
+
+    async def dispatch(self, topic: str, **message: Any) -> asyncio.Future[None]:
+        await self.send(topic, **message)
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        acked.set_result(None)
+        return acked
 
 
 async def test_target_message_and_key_template() -> None:
