@@ -122,6 +122,14 @@ async def child(argv: list[str], ready_prefix: str) -> AsyncIterator[tuple[int, 
             await proc.wait()
 
 
+async def wait_for_log(path: Path, text: str, within: float) -> None:
+    deadline = time.monotonic() + within
+    while text not in await asyncio.to_thread(path.read_text, errors="replace"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{path}: no {text!r} within {within:g} s")
+        await asyncio.sleep(0.1)
+
+
 async def wait_archived(conn: asyncpg.Connection, queue: str, jobs: int,
                         within: float) -> int:
     deadline = time.monotonic() + within
@@ -187,6 +195,9 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
                 for i in range(start, min(start + 1000, jobs))]}).encode()
                 for start in range(0, jobs, 1000)]
             created = await enqueue_batches(session, daemon.base_url, queue, bodies, 2)
+            if kind != "callback":  # the response consumer has its partitions
+                await wait_for_log(daemon.log_path, "Kafka response consumer joined group",
+                                   within=60)
             conn = await asyncpg.connect(url)
             try:
                 await conn.execute("ANALYZE")

@@ -157,7 +157,6 @@ class ResponseParser:
 # -- the usual response shape without pydantic (issue 12) ---------------------------------
 
 _DEFAULT_FIELDS = KafkaResponseFields()
-_FAST_KEYS = frozenset({"status", "result", "error", "attempt", "retryable"})
 _FINAL = frozenset({"succeeded", "failed"})
 
 
@@ -174,9 +173,10 @@ def _fast_fields(value: Mapping[str, Any], headers: Mapping[str, str],
                  fields: KafkaResponseFields) -> _Fields | None:
     """The fields of a response with the default field paths and a plain shape (a
     final ``status`` or none, an int ``attempt`` >= 1 or none, a bool ``retryable`` or
-    none, no ``extend_seconds``, no other keys), read without pydantic; None for
-    anything else, which :meth:`ResponseParser._fields` validates in full."""
-    if fields != _DEFAULT_FIELDS or not _FAST_KEYS.issuperset(value):
+    none, no ``extend_seconds``), read without pydantic; None for anything else, which
+    :meth:`ResponseParser._fields` validates in full. Other keys of the value are
+    ignored, as there."""
+    if fields != _DEFAULT_FIELDS or value.get("extend_seconds") is not None:
         return None
     status = value.get("status", "succeeded")
     attempt = value.get("attempt")
