@@ -74,7 +74,12 @@ async def run_durable(args: argparse.Namespace, workdir: Path,
             for phase in wanted:
                 log(f"{phase} (stock durability) ...")
                 started = time.monotonic()
-                details[phase] = await run_phase(phase, server, workdir, args, bootstrap)
+                try:
+                    details[phase] = await run_phase(phase, server, workdir, args, bootstrap)
+                except SystemExit as exc:  # one failed phase does not lose the others
+                    log(f"  {phase} failed: {exc}")
+                    notes.append(f"{phase} failed: {exc}")
+                    details[phase] = {"failed": str(exc)}
                 details[phase]["phase_s"] = round(time.monotonic() - started, 1)
         finally:
             if broker is not None:
@@ -145,11 +150,12 @@ def print_tables(details: dict[str, Any]) -> None:
     if "postgres_durable" in details:
         print(f"\nstock durability phases (PostgreSQL {details['postgres_durable']}):")
     lcd = details.get("lifecycle-durable", {}).get("python_batch")
-    if lcd:
+    if lcd and "failed" not in lcd:
         print(f"  python-target lifecycle, batch enqueue: "
               f"{lcd['median_completed_jobs_per_s']:,.0f} jobs/s (runs "
               f"{lcd['all_completed_jobs_per_s']})")
-    rows = [(p, details[p]) for p in ("callback", *KAFKA) if p in details]
+    rows = [(p, details[p]) for p in ("callback", *KAFKA)
+            if p in details and "failed" not in details[p]]
     if rows:
         print(f"  {'round trip':<14} {'jobs/s':>8}  CPU s hipq / PostgreSQL / other side")
         for name, run in rows:
@@ -159,7 +165,7 @@ def print_tables(details: dict[str, Any]) -> None:
                   f"({run['archived']:,}/{run['jobs']:,}; runs "
                   f"{run['all_completed_jobs_per_s']})")
     for running, run in details.get("idle", {}).items():
-        if not isinstance(run, dict):
+        if not running.isdigit():
             continue
         e = run["enqueue_to_launch_ms"]
         print(f"  idle, {int(running):>7,} running: CPU s/s hipq {run['cpu_s_per_s']['hipq']}"
@@ -167,7 +173,7 @@ def print_tables(details: dict[str, Any]) -> None:
               f"{e['p50']}/{e['p99']} ms; RSS {run['rss_mb']:.0f} MB; "
               f"{run['responses']} responses archived in {run['responses_to_archived_s']} s")
     graphile = details.get("graphile")
-    if graphile:
+    if graphile and "failed" not in graphile:
         if graphile.get("skipped"):
             print(f"  graphile-worker: skipped ({graphile['reason']})")
         else:
