@@ -39,12 +39,15 @@ def log(message: str) -> None:
 
 
 @contextmanager
-def postgres(url: str | None) -> Iterator[str]:
-    """A server URL: the given one, else a throwaway server stopped at the end."""
+def postgres(url: str | None, *, durable: bool = False) -> Iterator[str]:
+    """A server URL: the given one, else a throwaway server stopped at the end (with
+    ``durable``, PostgreSQL's stock durability: fsync, synchronous_commit and
+    full_page_writes on; else the test settings, all three off)."""
     if url:
         yield url.replace("postgresql+asyncpg://", "postgresql://", 1)
         return
-    env = dict(os.environ, PG_EPHEMERAL_NAME=f"hipq-benchrun-{os.getpid()}")
+    env = dict(os.environ, PG_EPHEMERAL_NAME=f"hipq-benchrun-{os.getpid()}"
+               + ("-durable" if durable else ""), PG_EPHEMERAL_DURABLE="1" if durable else "0")
     try:
         out = subprocess.run([str(PG_EPHEMERAL), "start"], env=env, check=True,
                              capture_output=True, text=True, timeout=180).stdout

@@ -14,6 +14,8 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
 4. tick: bench/tick_scaling.py at 1k / 100k / 1M queued jobs.
 5. peer: Procrastinate in bench/.peer-venv, no-op jobs deferred in bulk, worked at
    each ``--peer-concurrency``.
+6. on a second PostgreSQL with stock durability (bench/durable_phases.py):
+   lifecycle-durable, callback, kafka, kafka-header, idle, graphile.
 
 Prints a table, writes ``--out`` (bench/results.json). Progress goes to stderr.
 """
@@ -34,12 +36,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import durable_phases as dp
 import hipq_scenarios as hs
 from common import BENCH, PYTHON, drop_database, fresh_database, loadavg, log, machine, postgres
 
 PEER_VENV = BENCH / ".peer-venv"
 PEER_REQUIREMENTS = ["procrastinate==3.10.0", "psycopg[binary]>=3.2"]
-PHASES = ("lifecycle", "latency", "memory", "tick", "peer")
+FSYNC_OFF_PHASES = ("lifecycle", "latency", "memory", "tick", "peer")
+PHASES = FSYNC_OFF_PHASES + dp.PHASES
 
 
 # -- phases ---------------------------------------------------------------------------
@@ -184,9 +188,13 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     workdir = args.logs
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
+    if not any(p in args.only for p in FSYNC_OFF_PHASES):
+        details.update(await dp.run_durable(args, workdir, notes))
+        details["postgres"] = details.get("postgres_durable", {}).get("server_version", "-")
+        return details
     with postgres(args.database_url) as server:
         details["postgres"] = await server_version(server)
-        for phase in PHASES:
+        for phase in FSYNC_OFF_PHASES:
             if phase not in args.only:
                 continue
             log(f"{phase} ...")
@@ -203,6 +211,7 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
             else:
                 details[phase] = await run_peer(server, args, notes)
             details[phase]["phase_s"] = round(time.monotonic() - started, 1)
+    details.update(await dp.run_durable(args, workdir, notes))
     return details
 
 
@@ -244,6 +253,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
     }
     out["hipq_over_procrastinate"] = (round(lifecycle / best_peer, 1)
                                       if lifecycle is not None and best_peer else None)
+    out.update(dp.summary(details))
     return out
 
 
@@ -266,6 +276,13 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     ("tick_ms_1k", "tick at 1k queued (ms, median)", "", None),
     ("tick_ms_100k", "tick at 100k queued (ms, median)", "", None),
     ("tick_ms_1m", "tick at 1M queued (ms, median)", "<=2x 1k", None),
+    # stock durability (issue 12)
+    ("durable_lifecycle_jobs_per_s", "lifecycle, python target, fsync on (jobs/s)", "", None),
+    ("graphile_jobs_per_s", "graphile-worker lifecycle, best concurrency (jobs/s)", "", None),
+    ("callback_jobs_per_s", "round trip, HTTP callback (jobs/s)", ">=", 2500),
+    ("kafka_template_jobs_per_s", "round trip, Kafka, template match (jobs/s)", ">=", 5000),
+    ("kafka_header_jobs_per_s", "round trip, Kafka, header (jobs/s)", ">=", 5000),
+    ("idle_max_running_cpu_s_per_s", "idle at the most running: hipq+PG CPU s/s", "<", 0.02),
 ]
 
 
@@ -324,6 +341,7 @@ def print_table(results: dict[str, Any]) -> None:
                 if isinstance(lc, dict) and "completed_jobs_per_s" in lc)
             print(f"  vs concurrency {run['concurrency']} ({run['jobs_per_s']:,.0f} jobs/s): "
                   f"{ratios}")
+    dp.print_tables(details)
     for note in results["notes"]:
         print(f"note: {note}")
 
@@ -379,6 +397,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--logs", type=Path, default=BENCH / ".logs",
                    help="daemon logs and configs (emptied first; default bench/.logs)")
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
+    dp.add_arguments(p, ints)
     args = p.parse_args(argv)
     args.only = [x for x in args.only.split(",") if x]
     unknown = set(args.only) - set(PHASES)
@@ -388,6 +407,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.jobs, args.single_jobs, args.repeat, args.latency_seconds = 2000, 1000, 1, 5
         args.memory_queued, args.memory_running, args.peer_jobs = 20000, 2000, 1000
         args.tick_sizes = [1000, 100000]
+        dp.quick(args)
     return args
 
 
@@ -401,6 +421,7 @@ def reductions(args: argparse.Namespace) -> list[str]:
              "peer_jobs": (args.peer_jobs, 20000)}
     notes = [f"{name} = {value:,g} (issue: {issue:,g})"
              for name, (value, issue) in sizes.items() if value != issue]
+    notes += dp.reductions(args)
     if max(args.tick_sizes) < 1_000_000:
         notes.append("tick: no 1,000,000-job backlog in --tick-sizes")
     if set(args.only) != set(PHASES):

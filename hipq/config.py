@@ -288,6 +288,7 @@ class KafkaConfig(_Strict):
     client_id: str = "hipq"
     idempotence: bool | Literal["auto"] = "auto"
     linger_ms: int = Field(default=5, ge=0, le=60000)
+    batch_size: int = Field(default=131072, ge=1024, le=16 * 2**20)  # producer bytes/partition
     delivery_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     max_in_flight: int = Field(default=1000, ge=1, le=100000)
     reconnect_backoff_seconds: float = Field(default=0.5, gt=0)

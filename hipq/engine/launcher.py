@@ -12,6 +12,10 @@ up a tick. What a launch says is handled by kind:
   in memory (:meth:`Launcher.take_outcomes`) and persisted by the next tick's step
   3 with the job's end or retry, in the same transaction.
 
+A target with a ``dispatch(job)`` method (the Kafka target) is pipelined: the worker
+hands the job over and goes on to the next one; the outcome is recorded when the
+future ``dispatch`` returned completes (the target bounds how many are in flight).
+
 Failure modes: a crash before an accepted launch is confirmed, or before an
 immediate outcome is persisted, leaves the try unconfirmed: the next owner fails
 it as ``lost`` (``at_least_once`` retries it, ``at_most_once`` does not). A
@@ -21,6 +25,7 @@ database error while confirming keeps the confirmations in memory and retries.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -31,7 +36,7 @@ from hipq.clock import Clock
 from hipq.errors import HipqError, LaunchError
 from hipq.jobs import ErrorKind, Job, JobError
 from hipq.store import Store
-from hipq.targets import Accepted, LaunchOutcome, Target
+from hipq.targets import ACCEPTED, Accepted, LaunchOutcome, Target
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,7 @@ class Launcher:
         self._pending: deque[tuple[Target, Job]] = deque()
         self._workers = 0
         self._inflight: set[asyncio.Task[None]] = set()
+        self._sending: set[asyncio.Future[Any]] = set()  # dispatched, not yet answered
         self._confirm: list[tuple[str, str, int]] = []
         self._outcomes: list[LaunchResult] = []
         self._flush_lock = asyncio.Lock()
@@ -85,7 +91,17 @@ class Launcher:
         try:
             while self._pending:
                 target, job = self._pending.popleft()
-                self._record(await launch_one(target, job))
+                dispatch = getattr(target, "dispatch", None)
+                if dispatch is None:
+                    self._record(await launch_one(target, job))
+                    continue
+                try:
+                    sent: asyncio.Future[Any] = await dispatch(job)
+                except Exception as exc:
+                    self._record(failed_launch(job, exc))
+                    continue
+                self._sending.add(sent)
+                sent.add_done_callback(functools.partial(self._answered, job))
         finally:
             self._workers -= 1
 
@@ -97,6 +113,15 @@ class Launcher:
         """Wake the loop when the next launch of ``queue`` is answered (its claims
         were held back by the target's ``max_in_flight``)."""
         self._waiting.add(queue)
+
+    def _answered(self, job: Job, done: asyncio.Future[Any]) -> None:
+        self._sending.discard(done)
+        exc = None if done.cancelled() else done.exception()
+        if done.cancelled() or exc is not None:
+            error = exc if isinstance(exc, Exception) else RuntimeError("launch cancelled")
+            self._record(failed_launch(job, error))
+        else:
+            self._record(LaunchResult(job=job, outcome=ACCEPTED))
 
     def _record(self, result: LaunchResult) -> None:
         queue = result.job.queue
@@ -153,18 +178,27 @@ class Launcher:
     async def drain(self) -> None:
         """Wait until every launch so far has finished and its confirmation has
         been recorded (immediate outcomes wait in memory for the next tick)."""
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        while self._inflight or self._sending:
+            await asyncio.gather(*list(self._inflight), *list(self._sending),
+                                 return_exceptions=True)
+            await asyncio.sleep(0)  # noqa: TID251 (let the done callbacks run)
         await self.flush()
 
 
 async def launch_one(target: Target, job: Job) -> LaunchResult:
     """Send one job; what the target said, or the error it raised."""
     try:
-        outcome: LaunchOutcome | None = await target.launch(job)
-        error = None
-    except LaunchError as exc:
-        outcome, error = None, JobError(kind=exc.kind, detail=str(exc), retryable=exc.retryable)
+        outcome: LaunchOutcome = await target.launch(job)
     except Exception as exc:
-        outcome, error = None, JobError(kind=ErrorKind.TRANSPORT, detail=repr(exc)[:1000])
-    return LaunchResult(job=job, outcome=outcome, error=error)
+        return failed_launch(job, exc)
+    return LaunchResult(job=job, outcome=outcome)
+
+
+def failed_launch(job: Job, exc: Exception) -> LaunchResult:
+    """A launch that raised: a :class:`LaunchError` keeps its kind, anything else is a
+    retryable ``transport`` failure."""
+    if isinstance(exc, LaunchError):
+        error = JobError(kind=exc.kind, detail=str(exc), retryable=exc.retryable)
+    else:
+        error = JobError(kind=ErrorKind.TRANSPORT, detail=repr(exc)[:1000])
+    return LaunchResult(job=job, outcome=None, error=error)

@@ -6,7 +6,10 @@ Each polled batch is handled in this order, which is the whole crash-safety stor
 1. parse every message into a :class:`~hipq.store.Response` (or count it malformed);
 2. write them all to the inbox in one transaction, each with the dedup key
    ``kafka:<topic>:<partition>:<offset>:<timestamp>``;
-3. only then commit the offsets past the batch.
+3. only then commit the offsets past the batch. The commit runs while the next
+   batch is polled and written (at most one commit in flight, in order: the next
+   commit starts after the previous one ended), so a slow commit does not hold
+   up the next poll.
 
 A crash between 2 and 3 re-delivers the batch to the next consumer of the group;
 the inbox ignores rows whose dedup key it already holds, so nothing is applied
@@ -54,7 +57,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -66,6 +69,7 @@ from hipq.errors import HipqError, TransientStoreError
 from hipq.responses.correlation import TemplateError, response_key
 from hipq.schemas import ResponseRequest
 from hipq.store import Response, Store
+from hipq.values import INT32_MAX, json_problem
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ class ResponseParser:
         value = _json_object(record.value)
         key = None if record.key is None else bytes(record.key).decode("utf-8", "replace")
         correlation_key = _storable_key(self._correlation_key(key, value, headers))
-        response = self._fields(value, headers)
+        response = _fast_fields(value, headers, self.fields) or self._fields(value, headers)
         return Response(correlation_key=correlation_key, attempt=response.attempt,
                         status=response.status, retryable=response.retryable,
                         result=response.result, error=response.error,
@@ -154,6 +158,54 @@ class ResponseParser:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                  for e in exc.errors(include_url=False))
             raise MalformedMessage(f"invalid response fields: {problems}") from None
+
+
+# -- the usual response shape without pydantic (issue 12) ---------------------------------
+
+_DEFAULT_FIELDS = KafkaResponseFields()
+_FINAL = frozenset({"succeeded", "failed"})
+
+
+class _Fields(NamedTuple):
+    status: str
+    attempt: int | None
+    retryable: bool | None
+    result: Any
+    error: Any
+    extend_seconds: float | None
+
+
+def _fast_fields(value: Mapping[str, Any], headers: Mapping[str, str],
+                 fields: KafkaResponseFields) -> _Fields | None:
+    """The fields of a response with the default field paths and a plain shape (a
+    final ``status`` or none, an int ``attempt`` >= 1 or none, a bool ``retryable`` or
+    none, no ``extend_seconds``), read without pydantic; None for anything else, which
+    :meth:`ResponseParser._fields` validates in full. Other keys of the value are
+    ignored, as there."""
+    if fields != _DEFAULT_FIELDS or value.get("extend_seconds") is not None:
+        return None
+    status = value.get("status", "succeeded")
+    attempt = value.get("attempt")
+    retryable = value.get("retryable")
+    if (type(status) is not str or status not in _FINAL
+            or not (retryable is None or type(retryable) is bool)):
+        return None
+    if attempt is None:
+        header = headers.get(ATTEMPT_HEADER)
+        if header:
+            if not (header.isascii() and header.isdigit() and header[0] != "0"):
+                return None
+            attempt = int(header)
+    elif type(attempt) is not int or attempt < 1:
+        return None
+    result, error = value.get("result"), value.get("error")
+    if ((attempt is not None and attempt > INT32_MAX) or json_problem(result) is not None
+            or json_problem(error) is not None):
+        return None  # the full validation refuses it, with its reason
+    return _Fields(status, attempt, retryable, result, error, None)
+
+
+# ------------------------------------------------------------------------------------------
 
 
 def dedup_key(record: Any) -> str:
@@ -210,6 +262,7 @@ class KafkaResponseConsumer:
         self._task: asyncio.Task[None] | None = None
         self._templates_at = float("-inf")
         self._failures = 0
+        self._committing: asyncio.Task[None] | None = None  # the commit in flight
 
     def start(self) -> None:
         if not self.config.response_topics:
@@ -252,6 +305,8 @@ class KafkaResponseConsumer:
                 await self._wait(delay)
             finally:
                 self.assigned.clear()
+                with contextlib.suppress(KafkaCommitStuck):  # a stop waits for it
+                    await self._commit_settled(cancel=not self._stopping.is_set())
                 await _stop_quietly(consumer)
 
     def _new_consumer(self) -> AIOKafkaConsumer:
@@ -270,6 +325,8 @@ class KafkaResponseConsumer:
             if consumer.assignment():
                 self.assigned.set()
             self._failures = 0
+            if self._committing is not None and self._committing.done():
+                await self._commit_settled()  # raises KafkaCommitStuck
             if batches:
                 await self._handle(consumer, batches)
             else:
@@ -301,8 +358,8 @@ class KafkaResponseConsumer:
         self.stats.inserted += fresh
         self.stats.duplicates += len(ids) - fresh
         await self._pause_point(len(ids))
-        await self._commit(consumer, {tp: records[-1].offset + 1
-                                      for tp, records in batches.items() if records})
+        await self._commit_behind(consumer, {tp: records[-1].offset + 1
+                                             for tp, records in batches.items() if records})
         if fresh and self.on_work is not None:
             self.on_work()
 
@@ -345,6 +402,31 @@ class KafkaResponseConsumer:
                         record.topic, record.partition, record.offset, exc,
                         extra={"action": "kafka_response_malformed"})
             return None
+
+    # -- commits that do not block the next poll (issue 12) ----------------------------
+
+    async def _commit_behind(self, consumer: AIOKafkaConsumer,
+                             offsets: dict[TopicPartition, int]) -> None:
+        """Start committing ``offsets`` (written to the inbox already) and return:
+        the previous commit is awaited first, so commits stay in order, one at a
+        time. Raises :class:`KafkaCommitStuck` from the previous commit."""
+        await self._commit_settled()
+        self._committing = asyncio.create_task(self._commit(consumer, offsets))
+
+    async def _commit_settled(self, *, cancel: bool = False) -> None:
+        """Wait for the commit in flight (``cancel``: abandon it; the messages are
+        read again and de-duplicated)."""
+        task, self._committing = self._committing, None
+        if task is None:
+            return
+        if cancel:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, KafkaCommitStuck):
+                await task
+            return
+        await task
+
+    # ------------------------------------------------------------------------------------
 
     async def _commit(self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
         """Commit past the batch. A failed commit only means re-delivery, which the

@@ -54,6 +54,7 @@ from hipq.store.rows import (
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]  # (queue, id)
+ADOPT_CHUNK = 500  # ids per adoption statement (SQLite allows 999 parameters)
 
 
 class SQLAlchemyStore(abc.ABC):
@@ -385,11 +386,14 @@ class SQLAlchemyStore(abc.ABC):
         if not ids:
             return 0
         t = s.jobs
-        async with self._tx() as conn:
-            result = await conn.execute(t.update().where(
-                t.c.queue == queue, t.c.id.in_(list(ids)), t.c.status == s.RUNNING)
-                .values(owner=owner, updated_at=now))
-        return int(result.rowcount)
+        ids, adopted = list(ids), 0
+        async with self._tx() as conn:  # in chunks: drivers cap a statement's parameters
+            for start in range(0, len(ids), ADOPT_CHUNK):
+                result = await conn.execute(t.update().where(
+                    t.c.queue == queue, t.c.id.in_(ids[start:start + ADOPT_CHUNK]),
+                    t.c.status == s.RUNNING).values(owner=owner, updated_at=now))
+                adopted += int(result.rowcount)
+        return adopted
 
     async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
                                   now: datetime) -> int:

@@ -27,6 +27,13 @@ handed over (no metadata, too large): ``transport``; handed over but not
 acknowledged within ``delivery_timeout_seconds``: ``timeout``, because the
 broker may still have written it (an ``at_most_once`` queue does not retry it);
 a ``key`` template that does not fit the job's data fails the job (not retryable).
+
+Pipelining: :meth:`KafkaTarget.dispatch` hands the message to the producer and
+returns without waiting for the broker; the launcher records the launch's
+confirmation (or failure) when the acknowledgement arrives. At most
+``kafka.max_in_flight`` messages are unacknowledged at a time (a dispatch waits for
+a slot), and the producer gathers them into batches of up to ``kafka.batch_size``
+bytes per partition, so throughput no longer depends on ``launch_concurrency``.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -58,6 +65,7 @@ ATTEMPT_HEADER = "Hipq-Attempt"
 ACK_GRACE_SECONDS = 2.0  # beyond the producer's own delivery timeout
 
 Headers = Sequence[tuple[str, bytes]]
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 class KafkaProducer:
@@ -85,25 +93,61 @@ class KafkaProducer:
         """Produce one message and wait for its acknowledgement.
 
         Raises :class:`TransientLaunchError` (kind ``transport`` or ``timeout``)."""
+        await (await self.dispatch(topic, key=key, value=value, headers=headers))
+
+    async def dispatch(self, topic: str, *, key: bytes | None, value: bytes,
+                       headers: Headers = ()) -> asyncio.Future[None]:
+        """Hand one message to the producer (waiting for an in-flight slot, not for
+        the broker); the returned future resolves on its acknowledgement, or fails
+        with :class:`TransientLaunchError` (``timeout`` when no acknowledgement came
+        within ``delivery_timeout_seconds``). Raises :class:`TransientLaunchError`
+        (``transport``) when the message cannot be handed over."""
         producer = await self._get()
-        async with self._slots:
-            try:
-                ack = await producer.send(topic, value=value, key=key, headers=list(headers))
-            except KafkaError as exc:
-                self._note_error(exc)
-                raise TransientLaunchError(f"Kafka produce to {topic!r} failed: {_text(exc)}",
-                                           kind=ErrorKind.TRANSPORT) from None
-            try:
-                await asyncio.wait_for(ack, self.config.delivery_timeout_seconds
-                                       + ACK_GRACE_SECONDS)
-            except (KafkaTimeoutError, TimeoutError):
-                raise TransientLaunchError(
+        await self._slots.acquire()
+        try:
+            ack = await producer.send(topic, value=value, key=key, headers=list(headers))
+        except KafkaError as exc:
+            self._slots.release()
+            self._note_error(exc)
+            raise TransientLaunchError(f"Kafka produce to {topic!r} failed: {_text(exc)}",
+                                       kind=ErrorKind.TRANSPORT) from None
+        except BaseException:
+            self._slots.release()
+            raise
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        guard = asyncio.get_running_loop().call_later(
+            self.config.delivery_timeout_seconds + ACK_GRACE_SECONDS,
+            self._ack_timeout(topic, done))
+        ack.add_done_callback(lambda f: self._acked(topic, f, done, guard))
+        return done
+
+    def _ack_timeout(self, topic: str, done: asyncio.Future[None]) -> Callable[[], None]:
+        def expire() -> None:
+            if not done.done():
+                self._slots.release()
+                done.set_exception(TransientLaunchError(
                     f"Kafka did not acknowledge the message to {topic!r} within "
-                    f"{self.config.delivery_timeout_seconds:g}s", kind=ErrorKind.TIMEOUT) from None
-            except KafkaError as exc:
+                    f"{self.config.delivery_timeout_seconds:g}s", kind=ErrorKind.TIMEOUT))
+        return expire
+
+    def _acked(self, topic: str, ack: asyncio.Future[Any], done: asyncio.Future[None],
+               guard: asyncio.TimerHandle) -> None:
+        guard.cancel()
+        if done.done():  # already failed by the guard (its slot released there)
+            return
+        self._slots.release()
+        exc = None if ack.cancelled() else ack.exception()
+        if ack.cancelled() or isinstance(exc, KafkaTimeoutError):
+            done.set_exception(TransientLaunchError(
+                f"Kafka did not acknowledge the message to {topic!r} within "
+                f"{self.config.delivery_timeout_seconds:g}s", kind=ErrorKind.TIMEOUT))
+        elif exc is not None:
+            if isinstance(exc, KafkaError):
                 self._note_error(exc)
-                raise TransientLaunchError(f"Kafka produce to {topic!r} failed: {_text(exc)}",
-                                           kind=ErrorKind.TRANSPORT) from None
+            done.set_exception(TransientLaunchError(
+                f"Kafka produce to {topic!r} failed: {_text(exc)}", kind=ErrorKind.TRANSPORT))
+        else:
+            done.set_result(None)
 
     async def close(self) -> None:
         self._closed = True
@@ -160,6 +204,7 @@ class KafkaProducer:
         producer = AIOKafkaProducer(
             bootstrap_servers=self.config.bootstrap_servers, client_id=self.config.client_id,
             acks="all", enable_idempotence=idempotent, linger_ms=self.config.linger_ms,
+            max_batch_size=self.config.batch_size,
             request_timeout_ms=int(self.config.delivery_timeout_seconds * 1000),
             **self.config.client_options)
         try:
@@ -226,6 +271,12 @@ class KafkaTarget:
                 "callback_url": callback}
 
     async def launch(self, job: Job) -> LaunchOutcome:
+        await (await self.dispatch(job))
+        return ACCEPTED
+
+    async def dispatch(self, job: Job) -> asyncio.Future[None]:
+        """Hand the launch to the producer; the future resolves when the broker
+        acknowledges it (see :meth:`KafkaProducer.dispatch`)."""
         if self.producer is None:
             raise TransientLaunchError("no Kafka producer: Kafka targets need the "
                                        "'kafka' settings and run inside a daemon")
@@ -234,13 +285,11 @@ class KafkaTarget:
             message_key = self.message_key(job, key)
         except TemplateError as exc:
             raise LaunchError(f"Kafka message key: {exc}", kind="key_template") from None
-        value = json.dumps(self.body_for(job, key), separators=(",", ":"),
-                           default=str).encode()
+        value = _ENCODE(self.body_for(job, key)).encode()
         headers = [(CORRELATION_HEADER, key.encode()), (QUEUE_HEADER, job.queue.encode()),
                    (JOB_ID_HEADER, job.id.encode()), (ATTEMPT_HEADER, str(job.attempt).encode())]
-        await self.producer.send(self.config.topic, key=message_key.encode(), value=value,
-                                 headers=headers)
-        return ACCEPTED
+        return await self.producer.dispatch(self.config.topic, key=message_key.encode(),
+                                            value=value, headers=headers)
 
     async def close(self) -> None:
         return None  # the producer is the daemon's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -15,7 +16,7 @@ from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.config import KafkaTarget as KafkaTargetConfig
 from hipq.errors import LaunchError, TransientLaunchError
 from hipq.jobs import Job, JobState
-from hipq.responses.kafka import MalformedMessage, ResponseParser
+from hipq.responses.kafka import MalformedMessage, ResponseParser, _fast_fields
 from hipq.targets.kafka import KafkaProducer, KafkaTarget
 from tests.kafka.conftest import name
 
@@ -86,6 +87,12 @@ class _Sent:
 
     async def send(self, topic: str, **message: Any) -> None:
         self.calls.append({"topic": topic, **message})
+
+    async def dispatch(self, topic: str, **message: Any) -> asyncio.Future[None]:
+        await self.send(topic, **message)
+        acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        acked.set_result(None)
+        return acked
 
 
 async def test_target_message_and_key_template() -> None:
@@ -166,3 +173,47 @@ def test_fields_dedup_key_and_attempt_header() -> None:
 def test_malformed(record: _Record) -> None:
     with pytest.raises(MalformedMessage):
         _parser().parse(record)
+
+
+@pytest.mark.parametrize(("value", "headers"), [
+    ({}, {}), ({"status": "succeeded"}, {}), ({"status": "failed", "retryable": False,
+                                              "error": {"code": "x"}}, {}),
+    ({"result": [1, {"a": None}], "attempt": 2, "orderId": "o1", "version": 3}, {}),
+    ({"status": "succeeded"}, {"Hipq-Attempt": "4"}),
+    ({"status": "succeeded", "attempt": 1}, {"Hipq-Attempt": "4"}),
+    # shapes left to pydantic: the fast path answers None for them
+    ({"status": "running", "extend_seconds": 5}, {}), ({"attempt": "2"}, {}),
+    ({"attempt": True}, {}), ({"retryable": "yes"}, {}), ({"status": "done"}, {}),
+    ({"status": "succeeded"}, {"Hipq-Attempt": "04"}), ({"attempt": 0}, {}),
+])
+def test_fast_path_reads_what_pydantic_reads(value: dict[str, Any],
+                                             headers: dict[str, str]) -> None:
+    fields = KafkaResponseFields()
+    fast = _fast_fields(value, headers, fields)
+    try:
+        slow = ResponseParser(fields)._fields(value, headers)
+    except MalformedMessage:
+        assert fast is None
+        return
+    if fast is not None:
+        assert tuple(fast) == (slow.status, slow.attempt, slow.retryable, slow.result,
+                               slow.error, slow.extend_seconds)
+    elif value.get("status", "succeeded") in ("succeeded", "failed") and not (
+            set(value) & {"extend_seconds", "attempt", "retryable"}) and not headers:
+        raise AssertionError(f"the usual shape {value} missed the fast path")
+    assert _fast_fields(value, headers, KafkaResponseFields(status="state")) is None
+
+
+async def test_dispatch_pipelines_sends_within_max_in_flight(kafka_bootstrap: str) -> None:
+    producer = KafkaProducer(KafkaConfig(bootstrap_servers=kafka_bootstrap, idempotence=False,
+                                         max_in_flight=8))
+    topic = name("pipe")
+    try:
+        acks = [await producer.dispatch(topic, key=b"k", value=b"{}") for _ in range(8)]
+        ninth = asyncio.create_task(producer.dispatch(topic, key=b"k", value=b"{}"))
+        await asyncio.gather(*acks)  # no slot until an acknowledgement arrived
+        await (await asyncio.wait_for(ninth, 10))
+        assert all(ack.done() and ack.exception() is None for ack in acks)
+        assert producer._slots._value == 8  # every slot given back
+    finally:
+        await producer.close()

@@ -112,6 +112,10 @@ async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
             assert len(before) >= written >= 1
 
             second = _start(config, log)
+            # the first daemon's reconciler may have applied every response before the
+            # kill: wait for the second one to run (and to handle SIGTERM) all the same
+            await wait_until(lambda: _started(log, times=2, proc=second), within=60,
+                             what="the second daemon to start")
             await wait_until(lambda: all_terminal(store), within=60, what="every job to end")
             sent = downstream.sent
         second.send_signal(signal.SIGTERM)
@@ -136,6 +140,12 @@ async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
                 proc.kill()
                 await asyncio.to_thread(proc.wait, 10)
         await store.close()
+
+
+async def _started(log: Path, *, times: int, proc: subprocess.Popen[bytes]) -> bool:
+    assert proc.poll() is None, "the daemon exited early"
+    text = await asyncio.to_thread(log.read_text, errors="replace")
+    return text.count("hipq running as") >= times
 
 
 async def _exists(path: Path, proc: subprocess.Popen[bytes]) -> bool:

@@ -1,0 +1,183 @@
+"""The phases of bench/run that run on a second throwaway PostgreSQL with **stock
+durability** (fsync on; issue 12): the python-target lifecycle again
+(``lifecycle-durable``, beside the fsync-off figure of ``lifecycle``), the round trips
+(``callback``, ``kafka``, ``kafka-header``; bench/roundtrip.py), ``idle``, and the
+graphile-worker peer (``graphile``; bench/peer_graphile.py) on the same server.
+``--durable-database-url`` points them at a server of your own instead."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import hipq_scenarios as hs
+import roundtrip as rt
+from common import log, postgres
+from peer_graphile import run_graphile
+
+PHASES = ("lifecycle-durable", "callback", "kafka", "kafka-header", "idle", "graphile")
+KAFKA = ("kafka", "kafka-header")
+
+
+def add_arguments(p: argparse.ArgumentParser, ints: Any) -> None:
+    p.add_argument("--durable-database-url", default=None,
+                   help="server for the stock-durability phases (default: a throwaway "
+                        "server from scripts/pg-ephemeral with PG_EPHEMERAL_DURABLE=1)")
+    p.add_argument("--rt-jobs", type=int, default=20000, help="jobs of each round trip")
+    p.add_argument("--rt-repeat", type=int, default=1,
+                   help="runs of each round trip (median reported)")
+    p.add_argument("--rt-wait-seconds", type=float, default=300)
+    p.add_argument("--idle-running", type=ints, default=[1000, 100000])
+    p.add_argument("--idle-seconds", type=float, default=30)
+    p.add_argument("--idle-responses", type=int, default=200)
+    p.add_argument("--graphile-jobs", type=int, default=20000)
+    p.add_argument("--graphile-concurrency", type=ints, default=[10, 50])
+    p.add_argument("--graphile-max-seconds", type=float, default=120)
+
+
+def quick(args: argparse.Namespace) -> None:
+    args.rt_jobs, args.idle_running, args.idle_seconds = 2000, [1000, 10000], 5
+    args.graphile_jobs = 2000
+
+
+def reductions(args: argparse.Namespace) -> list[str]:
+    sizes = {"rt_jobs": (args.rt_jobs, 20000), "idle_seconds": (args.idle_seconds, 30),
+             "idle_running_max": (max(args.idle_running), 100000),
+             "graphile_jobs": (args.graphile_jobs, 20000)}
+    return [f"{name} = {value:,g} (issue: {issue:,g})"
+            for name, (value, issue) in sizes.items() if value != issue]
+
+
+def median(runs: list[dict[str, Any]], key: str = "completed_jobs_per_s") -> dict[str, Any]:
+    ordered = sorted(runs, key=lambda r: r[key])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["runs"] = len(runs)
+    chosen[f"all_{key}"] = [r[key] for r in runs]
+    chosen[f"median_{key}"] = round(statistics.median(r[key] for r in runs), 1)
+    return chosen
+
+
+async def run_durable(args: argparse.Namespace, workdir: Path,
+                      notes: list[str]) -> dict[str, Any]:
+    wanted = [p for p in PHASES if p in args.only]
+    details: dict[str, Any] = {}
+    if not wanted:
+        return details
+    with postgres(args.durable_database_url, durable=True) as server:
+        details["postgres_durable"] = await durability(server)
+        broker = rt.kafka_broker() if any(p in KAFKA for p in wanted) else None
+        bootstrap = broker.__enter__() if broker is not None else None
+        try:
+            for phase in wanted:
+                log(f"{phase} (stock durability) ...")
+                started = time.monotonic()
+                try:
+                    details[phase] = await run_phase(phase, server, workdir, args, bootstrap)
+                except SystemExit as exc:  # one failed phase does not lose the others
+                    log(f"  {phase} failed: {exc}")
+                    notes.append(f"{phase} failed: {exc}")
+                    details[phase] = {"failed": str(exc)}
+                details[phase]["phase_s"] = round(time.monotonic() - started, 1)
+        finally:
+            if broker is not None:
+                broker.__exit__(None, None, None)
+    if args.rt_repeat > 1:
+        notes.append(f"round trips: median of {args.rt_repeat} runs")
+    return details
+
+
+async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Namespace,
+                    bootstrap: str | None) -> dict[str, Any]:
+    if phase == "lifecycle-durable":
+        runs = [await hs.lifecycle(server, workdir, target="python", mode="batch",
+                                   jobs=args.jobs, batch_size=args.batch_size,
+                                   in_flight=args.batch_in_flight, within=args.wait_seconds,
+                                   name=f"lcd_python_batch_{rep}")
+                for rep in range(args.repeat)]
+        return {"python_batch": median(runs)}
+    if phase in ("callback", *KAFKA):
+        runs = [await rt.round_trip(server, workdir, kind=phase, jobs=args.rt_jobs,
+                                    within=args.rt_wait_seconds, bootstrap=bootstrap,
+                                    name=f"rt_{phase.replace('-', '_')}_{rep}")
+                for rep in range(args.rt_repeat)]
+        return median(runs)
+    if phase == "idle":
+        return {str(r): await rt.idle(server, workdir, running=r, seconds=args.idle_seconds,
+                                      responses=args.idle_responses)
+                for r in args.idle_running}
+    return await run_graphile(server, jobs=args.graphile_jobs,
+                              concurrency=args.graphile_concurrency,
+                              max_seconds=args.graphile_max_seconds)
+
+
+async def durability(server: str) -> dict[str, str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(server)
+    try:
+        return {name: str(await conn.fetchval(f"SHOW {name}"))
+                for name in ("server_version", "fsync", "synchronous_commit",
+                             "full_page_writes")}
+    finally:
+        await conn.close()
+
+
+def summary(details: dict[str, Any]) -> dict[str, Any]:
+    """Headline keys for results.json (None when a phase did not run)."""
+    lcd = details.get("lifecycle-durable", {}).get("python_batch", {})
+    graphile = details.get("graphile", {})
+    best = max((r["jobs_per_s"] for r in graphile.get("runs", [])), default=None)
+    idle = {k: v for k, v in details.get("idle", {}).items() if k.isdigit()}
+    top = idle[max(idle, key=int)] if idle else {}
+    return {
+        "durable_lifecycle_jobs_per_s": lcd.get("median_completed_jobs_per_s"),
+        "callback_jobs_per_s": details.get("callback", {}).get(
+            "median_completed_jobs_per_s"),
+        "kafka_template_jobs_per_s": details.get("kafka", {}).get(
+            "median_completed_jobs_per_s"),
+        "kafka_header_jobs_per_s": details.get("kafka-header", {}).get(
+            "median_completed_jobs_per_s"),
+        "idle_max_running_cpu_s_per_s": (round(sum(top["cpu_s_per_s"].values()), 4)
+                                         if top else None),
+        "graphile_jobs_per_s": best,
+    }
+
+
+def print_tables(details: dict[str, Any]) -> None:
+    if "postgres_durable" in details:
+        print(f"\nstock durability phases (PostgreSQL {details['postgres_durable']}):")
+    lcd = details.get("lifecycle-durable", {}).get("python_batch")
+    if lcd and "failed" not in lcd:
+        print(f"  python-target lifecycle, batch enqueue: "
+              f"{lcd['median_completed_jobs_per_s']:,.0f} jobs/s (runs "
+              f"{lcd['all_completed_jobs_per_s']})")
+    rows = [(p, details[p]) for p in ("callback", *KAFKA)
+            if p in details and "failed" not in details[p]]
+    if rows:
+        print(f"  {'round trip':<14} {'jobs/s':>8}  CPU s hipq / PostgreSQL / other side")
+        for name, run in rows:
+            cpu = run["cpu_s"]
+            print(f"  {name:<14} {run['median_completed_jobs_per_s']:>8,.0f}  "
+                  f"{cpu['hipq']:.1f} / {cpu['postgres']:.1f} / {cpu['other']:.1f}   "
+                  f"({run['archived']:,}/{run['jobs']:,}; runs "
+                  f"{run['all_completed_jobs_per_s']})")
+    for running, run in details.get("idle", {}).items():
+        if not running.isdigit():
+            continue
+        e = run["enqueue_to_launch_ms"]
+        print(f"  idle, {int(running):>7,} running: CPU s/s hipq {run['cpu_s_per_s']['hipq']}"
+              f" / PostgreSQL {run['cpu_s_per_s']['postgres']}; enqueue->launch p50/p99 "
+              f"{e['p50']}/{e['p99']} ms; RSS {run['rss_mb']:.0f} MB; "
+              f"{run['responses']} responses archived in {run['responses_to_archived_s']} s")
+    graphile = details.get("graphile")
+    if graphile and "failed" not in graphile:
+        if graphile.get("skipped"):
+            print(f"  graphile-worker: skipped ({graphile['reason']})")
+        else:
+            for run in graphile["runs"]:
+                print(f"  graphile-worker {graphile['version']} concurrency "
+                      f"{run['concurrency']}: lifecycle {run['jobs_per_s']:,.0f} jobs/s, "
+                      f"work alone {run['work_jobs_per_s']:,.0f} jobs/s")
