@@ -65,8 +65,6 @@ class Launcher:
         self._confirm: list[tuple[str, str, int]] = []
         self._outcomes: list[LaunchResult] = []
         self._flush_lock = asyncio.Lock()
-        self._outstanding: dict[str, int] = {}  # queue -> launches not answered yet
-        self._waiting: set[str] = set()  # queues whose claims waited for free slots
         # per queue: launches not yet recorded (confirmed in the database, or their
         # outcome in memory for the next tick); a handover waits for zero
         self._unrecorded: Counter[str] = Counter()
@@ -75,8 +73,6 @@ class Launcher:
         """Send these jobs in the background, in order, ``concurrency`` at a time
         (one worker task per slot, not one task per job)."""
         self._pending.extend(launches)
-        for _, job in launches:
-            self._outstanding[job.queue] = self._outstanding.get(job.queue, 0) + 1
         self._unrecorded.update(job.queue for _, job in launches)
         while self._workers < self.concurrency and self._workers < len(self._pending):
             self._workers += 1
@@ -105,15 +101,6 @@ class Launcher:
         finally:
             self._workers -= 1
 
-    def outstanding(self, queue: str) -> int:
-        """The queue's launches not answered yet (waiting for a worker, or sent)."""
-        return self._outstanding.get(queue, 0)
-
-    def wake_when_free(self, queue: str) -> None:
-        """Wake the loop when the next launch of ``queue`` is answered (its claims
-        were held back by the target's ``max_in_flight``)."""
-        self._waiting.add(queue)
-
     def _answered(self, job: Job, done: asyncio.Future[Any]) -> None:
         self._sending.discard(done)
         exc = None if done.cancelled() else done.exception()
@@ -124,16 +111,6 @@ class Launcher:
             self._record(LaunchResult(job=job, outcome=ACCEPTED))
 
     def _record(self, result: LaunchResult) -> None:
-        queue = result.job.queue
-        left = self._outstanding.get(queue, 1) - 1
-        if left > 0:
-            self._outstanding[queue] = left
-        else:
-            self._outstanding.pop(queue, None)
-        if queue in self._waiting:
-            self._waiting.discard(queue)
-            if self.on_wake is not None:
-                self.on_wake()
         if isinstance(result.outcome, Accepted):
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one

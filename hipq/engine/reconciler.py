@@ -277,26 +277,12 @@ class Reconciler:
                 default_group_excluding=fetch.default_group_excluding))
 
         # side by side (reads, each on its own connection); merged in plan order
-        reads = [read(f) for f in plan_fetch(spec, used, self._claim_limit(runtime))]
+        reads = [read(f) for f in plan_fetch(spec, used, self.config.fetch_limit)]
         done = await asyncio.gather(*reads, return_exceptions=True)
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
         return unique_jobs(batch for batch in done if not isinstance(batch, BaseException))
-
-    def _claim_limit(self, runtime: QueueRuntime) -> int:
-        """At most ``fetch_limit`` a tick; for a queue without a concurrency limit
-        whose target declares ``max_in_flight``, no more than it has free slots
-        (the loop wakes again when a slot frees)."""
-        limit = self.config.fetch_limit
-        slots = getattr(runtime.target, "max_in_flight", None)
-        if runtime.spec.concurrency is not None or not isinstance(slots, int):
-            return limit
-        free = max(slots - self.launcher.outstanding(runtime.spec.id), 0)
-        if free < limit:
-            self.launcher.wake_when_free(runtime.spec.id)
-            return free
-        return limit
 
     async def _expire(self, queue: str, candidates: list[Job], now: datetime,
                       counters: Counters) -> list[Job]:

@@ -42,10 +42,6 @@ ACCEPTED = Accepted()
 
 
 class Target(Protocol):
-    """``launch`` and ``close``. A target may also declare ``max_in_flight`` (an
-    int): the reconcile loop then claims, for a queue without a concurrency limit,
-    no more jobs than that beyond those still being sent, so no try's deadline
-    starts long before the try is sent."""
 
     async def launch(self, job: Job) -> LaunchOutcome: ...
 

@@ -107,7 +107,6 @@ class HttpTarget:
         self.config = config
         self.client = client
         self._headers = {**config.headers, **auth_header(config.auth)}
-        self.max_in_flight = config.max_in_flight
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._timeout = aiohttp.ClientTimeout(total=config.timeout_seconds)
 
