@@ -139,7 +139,8 @@ class Daemon:
         else:
             await store.check_schema()
         service = Hipq(store, clock=self.clock, on_work=self._work_arrived,
-                       on_enqueued=self.metrics.enqueued_jobs)
+                       on_enqueued=self.metrics.enqueued_jobs,
+                       on_response=self._responses_arrived)
         for queue in self.settings.queues:
             await service.create_queue(queue)
         signer = await load_signer(store, self.settings.signing_key)
@@ -151,7 +152,7 @@ class Daemon:
             producer = KafkaProducer(self.settings.kafka, clock=self.clock)
             self._stack.push_async_callback(producer.close)
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
-                                             on_work=self._work_arrived)
+                                             on_work=self._responses_and_work)
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
@@ -160,6 +161,7 @@ class Daemon:
             store, clock=self.clock, owner=self.owner, config=self.settings.reconcile,
             responses=self.settings.responses, on_wake=self.wake,
             targets=Targets(memory=self.memory_targets, http=http, kafka=producer))
+        reconciler.inbox.use_events()  # every writer of responses below says so
         return _Opened(store=store, service=service, reconciler=reconciler, http=http,
                        api=api, kafka_consumer=consumer)
 
@@ -260,7 +262,17 @@ class Daemon:
             if self._scheduler is not None:
                 self._wake_now()
             return
+        if self._opened is not None:  # maybe responses written by another daemon
+            self._opened.reconciler.inbox.arrived()
         self.wake()
+
+    def _responses_arrived(self) -> None:
+        if self._opened is not None:
+            self._opened.reconciler.inbox.arrived()
+
+    def _responses_and_work(self) -> None:
+        self._responses_arrived()
+        self._work_arrived()
 
     def _work_arrived(self) -> None:
         """An enqueue or a response reached this daemon: its queue may be ours or

@@ -65,9 +65,11 @@ def new_job_id() -> str:
 class Hipq:
     def __init__(self, store: Store, *, clock: Clock | None = None,
                  on_work: Callable[[], None] | None = None,
-                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
+                 on_enqueued: Callable[[str, int], None] | None = None,
+                 on_response: Callable[[], None] | None = None) -> None:
         self.store = store
         self.on_enqueued = on_enqueued  # (queue, jobs created): metrics
+        self.on_response = on_response  # a response was written to the inbox
         self.clock = clock or SystemClock()
         self.on_work = on_work
         # queue settings for enqueues, read at most once per QUEUE_CACHE_SECONDS
@@ -193,6 +195,8 @@ class Hipq:
                 [Response(correlation_key=job.correlation_key, attempt=job.attempt,
                           status=ResponseStatus.CANCELLED, retryable=False, source="cancel")],
                 now=now)
+            if self.on_response is not None:
+                self.on_response()
             self._wake()
             return job
         raise ConflictError(f"job {job_id!r} is {job.status} and cannot be cancelled",
@@ -237,6 +241,8 @@ class Hipq:
                      result=response.result, error=response.error,
                      extend_seconds=response.extend_seconds, source=source,
                      dedup_key=dedup_key, token=token))
+        if self.on_response is not None:
+            self.on_response()
         self._wake()
         return row_id
 

@@ -35,6 +35,7 @@ SWEEP_GRACE = timedelta(seconds=1)  # a response this young may still find its t
 NEW_ROWS_PAGE = 2000  # new pending rows read per page in step 0
 LOOKBACK_IDS = 256  # ids below the cursor read again (rows committed out of id order)
 _FAR = timedelta(days=3650)
+READ_EVERY = timedelta(seconds=1)  # with events: new rows read at least this often
 
 
 class Inbox:
@@ -53,6 +54,19 @@ class Inbox:
         self._sweep_after = 0
         self._cursor = 0
         self._fresh: set[str] = set()
+        # with events on, new rows are read only after ``arrived()`` (responses
+        # written by this process, a NOTIFY from another daemon) or once a second
+        self._events = False
+        self._arrived = True
+        self._read_at: datetime | None = None
+
+    def use_events(self) -> None:
+        """Read new inbox rows only when told some arrived (and once a second)."""
+        self._events = True
+
+    def arrived(self) -> None:
+        """Responses were written (here, or by another daemon that said so)."""
+        self._arrived = True
 
     def watch(self, entry: Entry) -> None:
         """An entry joined the batch; a response for a fixed key may be waiting."""
@@ -61,7 +75,12 @@ class Inbox:
 
     async def apply(self, batch: Batch, now: datetime, counters: Counters) -> None:
         """Step 0: apply the responses that arrived for the batch's tries."""
-        rows = await self._new_rows(now)
+        rows: list[InboxRow] = []
+        if (not self._events or self._arrived or self._read_at is None
+                or now - self._read_at >= READ_EVERY):
+            self._arrived = False
+            self._read_at = now
+            rows = await self._new_rows(now)
         if self._fresh:
             fresh, self._fresh = list(self._fresh), set()
             rows.extend(await self.store.inbox_pending_for_keys(fresh))
