@@ -296,5 +296,6 @@ class Store(Protocol):
 
     async def archive_prune(self, *, before: datetime, limit: int) -> int:
         """Delete at most ``limit`` archived jobs finished before ``before``, oldest
-        first, with their tries, and the inbox rows applied before ``before``.
-        Returns how many jobs."""
+        first, with their tries, and at most ``limit`` inbox rows applied before
+        ``before``. Returns the larger of the two counts (``limit`` means there may
+        be more: call again)."""

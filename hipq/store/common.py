@@ -622,18 +622,19 @@ class SQLAlchemyStore(abc.ABC):
             return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
 
     async def archive_prune(self, *, before: datetime, limit: int) -> int:
-        t, a = s.archived_jobs, s.job_attempts
+        t, a, i = s.archived_jobs, s.job_attempts, s.response_inbox
         async with self._tx() as conn:
             keys = [tuple(k) for k in await conn.execute(
                 sa.select(t.c.queue, t.c.id).where(t.c.finished_at < before)
                 .order_by(t.c.finished_at).limit(limit))]
-            if not keys:
-                return 0
-            await conn.execute(a.delete().where(sa.tuple_(a.c.queue, a.c.job_id).in_(keys)))
-            await conn.execute(t.delete().where(sa.tuple_(t.c.queue, t.c.id).in_(keys)))
-            await conn.execute(s.response_inbox.delete().where(
-                s.response_inbox.c.applied_at < before))
-        return len(keys)
+            if keys:
+                await conn.execute(a.delete().where(
+                    sa.tuple_(a.c.queue, a.c.job_id).in_(keys)))
+                await conn.execute(t.delete().where(sa.tuple_(t.c.queue, t.c.id).in_(keys)))
+            applied = sa.select(i.c.id).where(i.c.applied_at < before).order_by(
+                i.c.applied_at).limit(limit).scalar_subquery()
+            inbox = await conn.execute(i.delete().where(i.c.id.in_(applied)))
+        return max(len(keys), int(inbox.rowcount))
 
 
 async def stored_jobs(conn: AsyncConnection, table: sa.Table,
