@@ -8,11 +8,6 @@ a signed callback URL is bound to the job's token as well as its key and attempt
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,9 +15,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.api.conftest import SIGNING_KEY, TOKENS, Api, Downstream, http_queue
+from tests.api.subprocess_daemon import hipq_run_process
 
 ROOT = Path(__file__).parents[2]
 WITHIN = 10.0  # seconds a launch may take to show up (the loop ticks every 0.2 s)
@@ -34,28 +29,8 @@ async def hipq_run(tmp_path: Path, db_url: str) -> AsyncIterator[str]:
     config = {"database": {"url": db_url},
               "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS},
               "reconcile": {"interval_seconds": 0.2}, "signing_key": SIGNING_KEY}
-    (tmp_path / "hipq.yaml").write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}
-    env["PYTHONPATH"] = str(ROOT)
-    log_path = tmp_path / "run.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once; the test owns it)
-            [sys.executable, "-m", "hipq", "-c", "hipq.yaml", "run"],
-            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not (found := re.search(r"API listening on (http://\S+)", log_path.read_text())):
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            await asyncio.sleep(0.05)  # polling the subprocess's log: no signal to wait on
-        yield found.group(1)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.to_thread(proc.wait, 30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            await asyncio.to_thread(proc.wait, 10)
+    async with hipq_run_process(tmp_path, config, clean_exit=False) as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,17 +10,12 @@ import asyncio
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.api.conftest import (
     ADMIN,
@@ -32,6 +27,7 @@ from tests.api.conftest import (
     expire_many,
     http_queue,
 )
+from tests.api.subprocess_daemon import hipq_run_process
 from tests.api.test_flows import LAUNCH_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,26 +59,8 @@ async def hipq_run(tmp_path: Path, db_url: str) -> AsyncIterator[str]:
               "api": {"host": "127.0.0.1", "port": 0, "tokens": TOKENS,
                       "stats_max_age_seconds": 0},
               "reconcile": {"interval_seconds": 0.5}, "signing_key": SIGNING_KEY}
-    (tmp_path / "hipq.yaml").write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIPQ_")}
-    env["PYTHONPATH"] = str(ROOT)
-    log_path = tmp_path / "run.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(  # noqa: ASYNC220 (returns at once; the test owns it)
-            [sys.executable, "-m", "hipq", "-c", "hipq.yaml", "run"],
-            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not (found := re.search(r"API listening on (http://\S+)", log_path.read_text())):
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            await asyncio.sleep(0.05)  # polling the subprocess's log: no signal to wait on
-        yield found.group(1)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(proc.wait, 30)
-    assert code == 0, log_path.read_text()
-    assert "Traceback" not in log_path.read_text(), log_path.read_text()
+    async with hipq_run_process(tmp_path, config) as url:
+        yield url
 
 
 async def _sh(command: str, env: dict[str, str]) -> str:
