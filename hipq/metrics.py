@@ -177,13 +177,17 @@ class Metrics:
 
 def _outcomes(result: ReconcileResult) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
-    kinds = Tally((c.queue, c.kind, c.status, c.outcome) for c in result.ended)
-    for (queue, kind, status, error), n in kinds.items():
-        if kind is ChangeKind.EXTEND:
-            continue
+    kinds: dict[tuple[str, bool, str | None, str | None], int] = {}
+    extend, requeue = ChangeKind.EXTEND, ChangeKind.REQUEUE
+    for c in result.ended:  # identity tests: an enum member's hash is Python code
+        kind = c.kind
+        if kind is not extend:
+            key = (c.queue, kind is requeue, c.status, c.outcome)
+            kinds[key] = kinds.get(key, 0) + 1
+    for (queue, requeued, status, error), n in kinds.items():
         outcome = _BY_ERROR.get(error or "")
         if outcome is None:
-            outcome = "retried" if kind is ChangeKind.REQUEUE else status or "failed"
+            outcome = "retried" if requeued else status or "failed"
         out[(queue, outcome)] = out.get((queue, outcome), 0) + n
     for queue, n in result.expired_by_queue.items():
         out[(queue, "expired")] = out.get((queue, "expired"), 0) + n

@@ -22,27 +22,43 @@ INT32_MAX = 2**31 - 1  # integer columns (attempt, priority, weight)
 
 def json_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
     """What makes ``value`` unstorable, or ``None``. Iterative: a hostile depth
-    cannot exhaust the stack."""
+    cannot exhaust the stack. (On every enqueue: the usual kinds are tested by
+    type identity inline, the rest by :func:`_scalar_problem`.)"""
     stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, depth = stack.pop()
+        node, depth = pop()
         kind = type(node)
-        if kind is dict or kind is list:
+        if kind is str:
+            if "\x00" in node or not node.isascii():
+                problem = _text_problem(node)
+                if problem is not None:
+                    return problem
+        elif kind is int:
+            if not INT_MIN <= node <= INT_MAX:
+                return _INT_RANGE
+        elif kind is dict or kind is list:
             if depth >= max_depth:
                 return f"nested deeper than {max_depth} levels"
+            depth += 1
             if kind is dict:
                 for key, item in node.items():
-                    problem = _text_problem(str(key))
-                    if problem is not None:
-                        return problem
-                    stack.append((item, depth + 1))
+                    if type(key) is not str or "\x00" in key or not key.isascii():
+                        problem = _text_problem(str(key))
+                        if problem is not None:
+                            return problem
+                    push((item, depth))
             else:
-                stack.extend((item, depth + 1) for item in node)
-        else:
+                for item in node:
+                    push((item, depth))
+        elif node is not None and kind is not bool:
             problem = _scalar_problem(node)
             if problem is not None:
                 return problem
     return None
+
+
+_INT_RANGE = "an integer is out of range (64-bit signed)"
 
 
 def _scalar_problem(node: Any) -> str | None:
@@ -50,7 +66,7 @@ def _scalar_problem(node: Any) -> str | None:
         return None
     if isinstance(node, int):
         if not INT_MIN <= node <= INT_MAX:
-            return "an integer is out of range (64-bit signed)"
+            return _INT_RANGE
     elif isinstance(node, float):
         if not math.isfinite(node):
             return "numbers must be finite (no NaN, Infinity or 1e400)"

@@ -64,6 +64,12 @@ class Batch(Mapping[tuple[str, str], Entry]):
     def __getitem__(self, key: tuple[str, str]) -> Entry:
         return self._entries[key]
 
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:  # no KeyError round
+        return self._entries.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return iter(self._entries)
 
@@ -75,23 +81,29 @@ class Batch(Mapping[tuple[str, str], Entry]):
     def add(self, entry: Entry) -> None:
         """A job claimed or adopted (an adopted one may have ended already)."""
         job = entry.job
-        self.remove(job.key)
-        self._entries[job.key] = entry
-        self._queues.setdefault(job.queue, {})[job.id] = entry
+        key = (job.queue, job.id)
+        if key in self._entries:
+            self.remove(key)
+        self._entries[key] = entry
+        ids = self._queues.get(job.queue)
+        if ids is None:
+            ids = self._queues[job.queue] = {}
+        ids[job.id] = entry
         if job.correlation_key:
             self._by_key[job.correlation_key] = entry
         if entry.outcome is None:
             self._weigh(job, 1)
             self._push(entry)
         else:
-            self._dirty.add(job.key)
+            self._dirty.add(key)
 
     def end(self, entry: Entry, outcome: Outcome) -> None:
         """The try ended in memory; step 3 persists it."""
+        job = entry.job
         if entry.outcome is None:
-            self._weigh(entry.job, -1)
+            self._weigh(job, -1)
         entry.outcome = outcome
-        self._dirty.add(entry.job.key)
+        self._dirty.add((job.queue, job.id))
 
     def extend(self, entry: Entry, deadline: datetime, inbox_id: int) -> None:
         """A heartbeat moved the deadline; step 3 persists it."""
@@ -164,8 +176,9 @@ class Batch(Mapping[tuple[str, str], Entry]):
         if entry.deadline is None:
             return
         self._pushed += 1
+        job = entry.job
         heapq.heappush(self._deadlines,
-                       (entry.deadline, self._pushed, entry.job.key, entry.job.attempt))
+                       (entry.deadline, self._pushed, (job.queue, job.id), job.attempt))
         if len(self._deadlines) > 2 * len(self._entries) + COMPACT_SLACK:
             self._compact()
 
@@ -179,7 +192,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
 
     def _weigh(self, job: Job, sign: int) -> None:
         slot = (job.queue, job.critical)
-        self._weights[slot] = self._weights.get(slot, 0) + sign * job.weight
+        weights = self._weights
+        weights[slot] = weights.get(slot, 0) + sign * job.weight
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from hipq.store.records import Change, ChangeKind, InboxOutcome, InboxRow
 from hipq.targets.base import Completed, LaunchOutcome
 from hipq.throttling import DEFAULT_GROUP, QuotaPlan
 
-_ENDS_AS_IS = frozenset({JobState.SUCCEEDED, JobState.CANCELLED})
+_SUCCEEDED, _CANCELLED = JobState.SUCCEEDED.value, JobState.CANCELLED.value  # plain str
 
 
 # -- steps 1 and 2: what to fetch, what the throttler may decide ----------------------
@@ -249,16 +249,21 @@ def change_for(entry: Entry, spec: QueueSpec | None, retry: RetryFn | None,
     asks the queue's retry strategy (under the rules of :func:`hipq.retry.decide`)
     with a deep copy of the job; without the queue's settings the job gives up."""
     job, outcome, inbox_ids = entry.job, entry.outcome, tuple(entry.inbox_ids)
+    status = None if outcome is None else outcome.status
+    if status is JobState.SUCCEEDED or status is JobState.CANCELLED:  # the usual case
+        assert outcome is not None
+        value = _SUCCEEDED if status is JobState.SUCCEEDED else _CANCELLED
+        return Change(kind=ChangeKind.ARCHIVE, queue=job.queue, id=job.id,
+                      attempt=job.attempt, inbox_ids=inbox_ids, launched_at=job.launched_at,
+                      correlation_key=job.correlation_key, status=value,
+                      result=outcome.result,
+                      error=None if outcome.error is None else outcome.error.to_json(),
+                      outcome=value, response=outcome.response)
     common: dict[str, Any] = {
         "queue": job.queue, "id": job.id, "attempt": job.attempt, "inbox_ids": inbox_ids,
         "launched_at": job.launched_at, "correlation_key": job.correlation_key}
     if outcome is None:
         return Change(kind=ChangeKind.EXTEND, deadline=entry.deadline, **common)
-    if outcome.status in _ENDS_AS_IS:
-        return Change(kind=ChangeKind.ARCHIVE, status=outcome.status.value,
-                      result=outcome.result,
-                      error=None if outcome.error is None else outcome.error.to_json(),
-                      outcome=outcome.status.value, response=outcome.response, **common)
     error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
     verdict: Retry | GiveUp
     if spec is None:

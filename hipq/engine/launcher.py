@@ -67,13 +67,15 @@ class Launcher:
         self._flush_lock = asyncio.Lock()
         # per queue: launches not yet recorded (confirmed in the database, or their
         # outcome in memory for the next tick); a handover waits for zero
-        self._unrecorded: Counter[str] = Counter()
+        self._unrecorded: dict[str, int] = {}
 
     def launch_many(self, launches: Sequence[tuple[Target, Job]]) -> None:
         """Send these jobs in the background, in order, ``concurrency`` at a time
         (one worker task per slot, not one task per job)."""
         self._pending.extend(launches)
-        self._unrecorded.update(job.queue for _, job in launches)
+        unrecorded = self._unrecorded
+        for queue, n in Counter(job.queue for _, job in launches).items():
+            unrecorded[queue] = unrecorded.get(queue, 0) + n
         while self._workers < self.concurrency and self._workers < len(self._pending):
             self._workers += 1
             self._spawn(self._worker())
@@ -117,15 +119,16 @@ class Launcher:
                 asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
             return
         self._outcomes.append(result)
-        self._recorded([result.job.queue])
+        self._recorded(result.job.queue)
         if len(self._outcomes) == 1 and self.on_wake is not None:
             self.on_wake()
 
-    def _recorded(self, queues: Sequence[str]) -> None:
-        self._unrecorded.subtract(queues)
-        for queue in set(queues):
-            if self._unrecorded[queue] <= 0:
-                del self._unrecorded[queue]
+    def _recorded(self, queue: str, n: int = 1) -> None:
+        left = self._unrecorded.get(queue, 0) - n
+        if left > 0:
+            self._unrecorded[queue] = left
+        else:
+            self._unrecorded.pop(queue, None)
 
     def busy(self, queue: str) -> bool:
         """Whether launches of ``queue`` are in flight or not yet recorded."""
@@ -144,7 +147,8 @@ class Launcher:
                 return
             try:
                 await self.store.job_confirm_launch_many(keys=confirm, owner=self.owner)
-                self._recorded([queue for queue, _, _ in confirm])
+                for queue, n in Counter(queue for queue, _, _ in confirm).items():
+                    self._recorded(queue, n)
             except HipqError:
                 log.exception("could not confirm %d launches; will retry", len(confirm))
                 self._confirm[:0] = confirm

@@ -189,13 +189,15 @@ class Reconciler:
 
     def _apply_launches(self, counters: Counters) -> None:
         """Outcomes targets gave at once (and failed launches), straight from memory."""
+        batch, applied = self.batch, 0
         for result in self.launcher.take_outcomes():
-            entry = self.batch.get(result.job.key)
-            if (entry is None or entry.job.attempt != result.job.attempt
-                    or entry.outcome is not None):
+            job = result.job
+            entry = batch.get((job.queue, job.id))
+            if entry is None or entry.job.attempt != job.attempt or entry.outcome is not None:
                 continue  # timed out or cancelled meanwhile: the first outcome stands
-            self.batch.end(entry, outcome_from_launch(result.outcome, result.error))
-            counters.add("responses_applied")
+            batch.end(entry, outcome_from_launch(result.outcome, result.error))
+            applied += 1
+        counters.add("responses_applied", applied)
 
     def _mark_timeouts(self, now: datetime, counters: Counters) -> None:
         for entry in self.batch.overdue(now):
@@ -314,14 +316,21 @@ class Reconciler:
         """Step 3's decisions, over copies: jobs are frozen, the mutable parts of an
         entry are copied by :func:`change_for`, retry plugins get deep copies."""
         changes = []
+        strategies: dict[str, tuple[QueueSpec | None, RetryFn | None]] = {}  # per queue
+        finished = retried = 0
         for entry in self.batch.changed():
-            spec, retry = self._retry_of(queues.get(entry.job.queue))
-            change = change_for(entry, spec, retry, now)
+            queue = entry.job.queue
+            strategy = strategies.get(queue)
+            if strategy is None:
+                strategy = strategies[queue] = self._retry_of(queues.get(queue))
+            change = change_for(entry, strategy[0], strategy[1], now)
             if change.kind is ChangeKind.ARCHIVE:
-                counters.add("finished")
+                finished += 1
             elif change.kind is ChangeKind.REQUEUE:
-                counters.add("retried")
+                retried += 1
             changes.append(change)
+        counters.add("finished", finished)
+        counters.add("retried", retried)
         return changes
 
     def _retry_of(self, record: QueueRecord | None) -> tuple[QueueSpec | None, RetryFn | None]:
