@@ -22,39 +22,47 @@ INT32_MAX = 2**31 - 1  # integer columns (attempt, priority, weight)
 
 def json_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
     """What makes ``value`` unstorable, or ``None``. Iterative: a hostile depth
-    cannot exhaust the stack. (On every enqueue: the usual kinds are tested by
-    type identity inline, the rest by :func:`_scalar_problem`.)"""
+    cannot exhaust the stack. (On every enqueue: plain text and integers are
+    tested inline, by type identity.)"""
     stack: list[tuple[Any, int]] = [(value, 0)]
-    pop, push = stack.pop, stack.append
+    pop = stack.pop
     while stack:
         node, depth = pop()
         kind = type(node)
         if kind is str:
-            if "\x00" in node or not node.isascii():
-                problem = _text_problem(node)
-                if problem is not None:
-                    return problem
+            if "\x00" not in node and node.isascii():
+                continue
+            problem = _text_problem(node)
         elif kind is int:
-            if not INT_MIN <= node <= INT_MAX:
-                return _INT_RANGE
+            if INT_MIN <= node <= INT_MAX:
+                continue
+            problem = _INT_RANGE
         elif kind is dict or kind is list:
-            if depth >= max_depth:
-                return f"nested deeper than {max_depth} levels"
-            depth += 1
-            if kind is dict:
-                for key, item in node.items():
-                    if type(key) is not str or "\x00" in key or not key.isascii():
-                        problem = _text_problem(str(key))
-                        if problem is not None:
-                            return problem
-                    push((item, depth))
-            else:
-                for item in node:
-                    push((item, depth))
-        elif node is not None and kind is not bool:
+            problem = _children(node, depth, max_depth, stack)
+        else:
             problem = _scalar_problem(node)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _children(node: dict[Any, Any] | list[Any], depth: int, max_depth: int,
+              stack: list[tuple[Any, int]]) -> str | None:
+    """Push a container's items (one level deeper); what is wrong with its keys."""
+    if depth >= max_depth:
+        return f"nested deeper than {max_depth} levels"
+    depth += 1
+    push = stack.append
+    if isinstance(node, list):  # exactly a list or a dict (json_problem tested the type)
+        for item in node:
+            push((item, depth))
+        return None
+    for key, item in node.items():
+        if type(key) is not str or "\x00" in key or not key.isascii():
+            problem = _text_problem(str(key))
             if problem is not None:
                 return problem
+        push((item, depth))
     return None
 
 
