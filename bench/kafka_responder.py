@@ -3,14 +3,20 @@ process: consumes launches from the request topic and answers each on the respon
 topic, until terminated.
 
     python bench/kafka_responder.py --bootstrap HOST:PORT --requests T --responses T
-                                    [--header]
+                                    [--header] [--hand-written]
 
-Without ``--header`` a response carries no correlation header: its JSON value is
-``{"orderId", "version", "status": "succeeded"}`` (the launch's ``data``), matched by
-the queue's ``correlation.response`` template ``{value.orderId}:{value.version}``.
-With ``--header`` the response is ``{"status": "succeeded"}`` with the launch's
-``Hipq-Correlation-Key`` header. Offsets are committed after the batch's responses are
-acknowledged. Prints ``READY`` once the consumer has its partitions.
+By default it is ``hipq.downstream.KafkaResponder`` with a handler that returns the
+launch's ``orderId`` and ``version``: the response value is ``{"status":
+"succeeded", "attempt": N, "result": {"orderId", "version"}}``; without ``--header``
+it carries no correlation header and the queue matches it by the template
+``{value.result.orderId}:{value.result.version}`` (:data:`KIT_TEMPLATE`); with
+``--header`` it carries the launch's ``Hipq-Correlation-Key`` header.
+
+``--hand-written`` is the aiokafka loop the kit replaced, kept to compare the two:
+without ``--header`` its value is ``{"orderId", "version", "status": "succeeded"}``,
+matched by ``{value.orderId}:{value.version}`` (:data:`HAND_TEMPLATE`); with it,
+``{"status": "succeeded"}`` and the header. Both commit offsets after the batch's
+responses are acknowledged. Prints ``READY`` once the consumer has started.
 """
 
 from __future__ import annotations
@@ -20,10 +26,33 @@ import asyncio
 import contextlib
 import json
 import uuid
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from hipq.downstream import KafkaResponder, Launch
+
 HEADER = "Hipq-Correlation-Key"
+KIT_TEMPLATE = "{value.result.orderId}:{value.result.version}"
+HAND_TEMPLATE = "{value.orderId}:{value.version}"
+
+
+async def respond_with_kit(args: argparse.Namespace) -> None:
+    async def handle(launch: Launch) -> dict[str, Any]:
+        return {"orderId": launch.data["orderId"], "version": launch.data["version"]}
+
+    kit = KafkaResponder(args.bootstrap, args.requests, args.responses, handle,
+                         group_id=f"bench-responder-{uuid.uuid4().hex[:8]}",
+                         consumer_options={"session_timeout_ms": 6000,
+                                           "heartbeat_interval_ms": 500,
+                                           "max_partition_fetch_bytes": 4 * 2**20},
+                         producer_options={"max_batch_size": 256 * 1024},
+                         correlation_header=args.header)
+    ready = asyncio.Event()
+    running = asyncio.create_task(kit.run(ready=ready))
+    await ready.wait()
+    print("READY", flush=True)
+    await running
 
 
 async def respond(args: argparse.Namespace) -> None:
@@ -70,9 +99,11 @@ def main() -> None:
     parser.add_argument("--requests", required=True)
     parser.add_argument("--responses", required=True)
     parser.add_argument("--header", action="store_true")
+    parser.add_argument("--hand-written", action="store_true",
+                        help="the aiokafka loop instead of hipq.downstream.KafkaResponder")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(respond(args))
+        asyncio.run(respond(args) if args.hand_written else respond_with_kit(args))
 
 
 if __name__ == "__main__":

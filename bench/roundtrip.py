@@ -7,8 +7,10 @@ reporting jobs/s and the CPU seconds of each process.
   202, then the outcome POSTed to the signed callback URL, at most its default
   concurrency at a time); resumed; timed until all archived.
 * ``kafka`` / ``kafka-header``: the same with a Kafka target on Tansu, answered by
-  bench/kafka_responder.py; matched by the template ``{value.orderId}:{value.version}``
-  (no header) or by the ``Hipq-Correlation-Key`` header.
+  bench/kafka_responder.py (hipq.downstream.KafkaResponder; the hand-written loop with
+  ``HIPQ_BENCH_HAND_WRITTEN=1``); matched by the template
+  ``{value.result.orderId}:{value.result.version}`` (no header) or by the
+  ``Hipq-Correlation-Key`` header.
 * ``idle``: R jobs running (bulk-loaded as confirmed running tries, adopted by the
   daemon) waiting for responses that do not come; CPU per second of hipq and of the
   PostgreSQL backends over ``seconds``, while one new job a second is enqueued (its
@@ -50,12 +52,14 @@ from common import (
     pcts,
 )
 from hipq_scenarios import enqueue_batches
+from kafka_responder import HAND_TEMPLATE, KIT_TEMPLATE
 
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
 POLL_SECONDS = 0.25
 ORDER_TEMPLATE_REQUEST = "{data.orderId}:{data.version}"
-ORDER_TEMPLATE_RESPONSE = "{value.orderId}:{value.version}"
+# HIPQ_BENCH_HAND_WRITTEN=1: the hand-written counterparts the kit replaced (to compare)
+HAND_WRITTEN = bool(os.environ.get("HIPQ_BENCH_HAND_WRITTEN"))
 
 
 # -- CPU accounting ---------------------------------------------------------------------
@@ -168,6 +172,8 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
                 "--requests", requests, "--responses", responses]
         if kind == "kafka-header":
             argv.append("--header")
+        if HAND_WRITTEN:
+            argv.append("--hand-written")
         ready = "READY"
         extra["kafka"] = {"bootstrap_servers": bootstrap, "group_id": f"hipq-{name}",
                           "response_topics": [responses], "max_poll_records": 5000,
@@ -183,8 +189,9 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
             queue_cfg = {"id": queue, "paused": True,
                          "target": {"kind": "kafka", "topic": requests}}
             if kind == "kafka":
-                queue_cfg["correlation"] = {"request": ORDER_TEMPLATE_REQUEST,
-                                            "response": ORDER_TEMPLATE_RESPONSE}
+                queue_cfg["correlation"] = {
+                    "request": ORDER_TEMPLATE_REQUEST,
+                    "response": HAND_TEMPLATE if HAND_WRITTEN else KIT_TEMPLATE}
         port = free_port()
         config = {**hipq_config(url, port, [queue_cfg], reconcile), **extra}
         config["api"]["public_url"] = f"http://127.0.0.1:{port}"

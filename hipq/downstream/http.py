@@ -34,6 +34,7 @@ CALLBACK_TIMEOUT_SECONDS = 10.0
 FIRST_RETRY_SECONDS = 0.1
 MAX_RETRY_SECONDS = 5.0
 HEARTBEAT = {"status": "running"}
+ACCEPTED_BODY = b'{"accepted":true}'  # encoded once: every launch gets the same answer
 
 
 def callback_app(handler: Handler, *, concurrency: int = DEFAULT_CONCURRENCY,
@@ -82,7 +83,7 @@ class CallbackWorker:
         task = asyncio.create_task(self._run(launch, launch.callback_url))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return web.json_response({"accepted": True}, status=202)
+        return web.Response(body=ACCEPTED_BODY, status=202, content_type="application/json")
 
     async def _run(self, launch: Launch, url: str) -> None:
         async with self._slots:

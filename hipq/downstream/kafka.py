@@ -3,7 +3,9 @@
 It consumes launches from ``request_topic`` (a consumer group, offsets committed
 by hand), runs the handler on each (at most ``concurrency`` at a time within a
 fetched batch, in the order fetched), produces each outcome to ``response_topic`` with the launch's
-``Hipq-Correlation-Key`` header, waits for the
+``Hipq-Correlation-Key`` header (or, with ``correlation_header=False``, without it:
+for a queue that matches responses by a template over the value, e.g.
+``{value.result.orderId}``), waits for the
 broker's acknowledgements, and only then commits the batch's offsets. A responder
 that dies before the commit handles those launches again after a restart; hipq
 applies a repeated response once.
@@ -34,7 +36,8 @@ class KafkaResponder:
     def __init__(self, bootstrap_servers: str, request_topic: str, response_topic: str,
                  handler: Handler, group_id: str = "hipq-responder", *,
                  concurrency: int = 100, consumer_options: Mapping[str, Any] | None = None,
-                 producer_options: Mapping[str, Any] | None = None) -> None:
+                 producer_options: Mapping[str, Any] | None = None,
+                 correlation_header: bool = True) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.request_topic = request_topic
         self.response_topic = response_topic
@@ -43,6 +46,7 @@ class KafkaResponder:
         self.consumer_options = dict(consumer_options or {})
         self.producer_options = dict(producer_options or {})
         self.concurrency = concurrency
+        self.correlation_header = correlation_header
         self._stopping = asyncio.Event()
         self.handled = 0  # launches answered (acknowledged and committed)
 
@@ -87,8 +91,9 @@ class KafkaResponder:
                 bodies[index] = await self._handle(record)
 
         await asyncio.gather(*(work() for _ in range(min(self.concurrency, len(records)))))
-        acks = [await producer.send(self.response_topic, value=value,
-                                    headers=[(CORRELATION_HEADER, key)])
+        topic, header = self.response_topic, self.correlation_header
+        acks = [await producer.send(topic, value=value,
+                                    headers=[(CORRELATION_HEADER, key)] if header else None)
                 for key, value in filter(None, bodies)]
         await asyncio.gather(*acks)
         self.handled += len(acks)
