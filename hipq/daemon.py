@@ -359,6 +359,7 @@ class Daemon:
                 result = await reconciler.run_once()
                 if self.metrics.observe_tick(result, self.clock.monotonic() - started):
                     log_failures(result.ended)
+                await reconciler.write_back_rates()
             await self.store.lease_release_all(owner=self.owner)
             await self.store.daemon_leave(owner=self.owner)
             if self.notifier is not None:  # the others take the queues over at once

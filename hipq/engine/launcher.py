@@ -30,6 +30,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from hipq.clock import Clock
@@ -52,11 +53,13 @@ class LaunchResult:
 
 class Launcher:
     def __init__(self, store: Store, *, clock: Clock, owner: str, concurrency: int,
-                 on_wake: Callable[[], None] | None = None) -> None:
+                 on_wake: Callable[[], None] | None = None,
+                 on_answered: Callable[[Job, datetime], None] | None = None) -> None:
         self.store = store
         self.clock = clock
         self.owner = owner
         self.on_wake = on_wake
+        self.on_answered = on_answered  # each launch, when its send finished
         self.concurrency = concurrency
         self._pending: deque[tuple[Target, Job]] = deque()
         self._workers = 0
@@ -113,6 +116,8 @@ class Launcher:
             self._record(LaunchResult(job=job, outcome=ACCEPTED))
 
     def _record(self, result: LaunchResult) -> None:
+        if self.on_answered is not None:
+            self.on_answered(result.job, self.clock.now())
         if isinstance(result.outcome, Accepted):
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one

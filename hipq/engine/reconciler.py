@@ -64,6 +64,7 @@ from hipq.engine.inbox import Inbox
 from hipq.engine.launcher import Launcher
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
+from hipq.engine.rates import RateLog
 from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
 from hipq.errors import HipqError, StoreConflict
 from hipq.jobs import ErrorKind, Job, JobError, JobState, expired_error
@@ -71,6 +72,7 @@ from hipq.plugins import ThrottleContext, ThrottleResult
 from hipq.retry import RetryFn
 from hipq.spec import QueueSpec
 from hipq.store import Change, ChangeKind, QueueRecord, Store
+from hipq.targets import Target
 from hipq.targets.registry import Targets
 from hipq.throttling import RateBudget
 
@@ -106,8 +108,10 @@ class Reconciler:
         self.leases = Leases(store, owner=owner, lease_seconds=self.config.lease_seconds)
         self.inbox = Inbox(store, buffer_seconds=(responses or ResponsesConfig()).buffer_seconds,
                            heartbeat_seconds=self._heartbeat_seconds)
+        self.rates = RateLog()  # own rate-limited launches (see .rates)
         self.launcher = Launcher(store, clock=clock, owner=owner,
-                                 concurrency=self.config.launch_concurrency, on_wake=on_wake)
+                                 concurrency=self.config.launch_concurrency, on_wake=on_wake,
+                                 on_answered=self.rates.answered)
         self.vacuum = Vacuum(store, every=self.config.vacuum_every)
         self._swept_at: datetime | None = None
         self._stopping = False
@@ -166,7 +170,11 @@ class Reconciler:
         change = await self.leases.refresh(queues, now)
         for queue in change.lost:
             self.batch.drop_queue(queue)
+            self.rates.drop_queue(queue)
         for queue in change.gained:
+            record = queues.get(queue)
+            if record is not None and record.config.rate_limit is not None:
+                await self.store.launch_events_restamp(queue=queue, at=now)
             entries = await adopt(self.store, queue=queue, owner=self.owner, now=now)
             for entry in entries:
                 self._add(entry)
@@ -179,9 +187,25 @@ class Reconciler:
 
     async def _hand_over(self, queues: list[str]) -> None:
         if queues:
+            for queue in queues:
+                await self._write_back_rate(queue)
             await self.leases.release(queues)
             for queue in queues:
                 self.batch.drop_queue(queue)
+
+    async def _write_back_rate(self, queue: str) -> None:
+        """Before a queue is released: its launches as the rate limit must count them
+        (answer times), for the next owner (see .rates)."""
+        events = self.rates.events(queue)
+        if events is not None:
+            await self.store.launch_events_replace(queue=queue, since=events[0],
+                                                   events=events[1])
+        self.rates.drop_queue(queue)
+
+    async def write_back_rates(self) -> None:
+        """At shutdown, before every lease is released: :meth:`_write_back_rate`."""
+        for queue in self.rates.queues():
+            await self._write_back_rate(queue)
 
     def _add(self, entry: Entry) -> None:
         self.batch.add(entry)
@@ -243,8 +267,10 @@ class Reconciler:
         candidates = await self._expire(spec.id, candidates, now, counters)
         recent: dict[str, list[datetime]] = {}
         if spec.rate_limit is not None:
-            recent = await self.store.launch_events_recent(
-                queue=spec.id, since=now - timedelta(seconds=spec.rate_limit.per_seconds))
+            since = now - timedelta(seconds=spec.rate_limit.per_seconds)
+            recent = await self.store.launch_events_recent(queue=spec.id, since=since)
+            for group, times in self.rates.extra(spec.id, since, now).items():
+                recent.setdefault(group, []).extend(times)
         seen = candidates
         if spec.custom_throttler:  # a plugin gets deep copies; the built-in one only reads
             seen = [j.snapshot() for j in candidates]
@@ -400,11 +426,17 @@ class Reconciler:
             budget = RateBudget.of(spec.rate_limit, {}, now)
             rate_groups = {i: budget.group(selection.candidates[i]) for i in ids
                            if not selection.candidates[i].critical}
-        return await self.store.job_mark_running_many(
+        claimed = await self.store.job_mark_running_many(
             queue=spec.id, ids=ids, now=now, owner=self.owner,
             heartbeat_seconds=spec.heartbeat_timeout_seconds, rate_groups=rate_groups,
             # a merging queue may have appended payloads since the fetch: re-read
             known=None if spec.merge_by_ordering_key else selection.candidates)
+        if rate_groups:
+            for job in claimed:
+                group = rate_groups.get(job.id)
+                if group is not None:
+                    self.rates.claimed(job, group, now)
+        return claimed
 
     async def _fail_key_conflict(self, queue: str, job_id: str, exc: StoreConflict,
                                  now: datetime) -> None:
@@ -417,11 +449,15 @@ class Reconciler:
 
     def _launch(self, jobs: Sequence[Job]) -> None:
         launches = []
+        targets: dict[str, Target] = {}  # per queue
         for job in jobs:
-            runtime = self.runtimes.cached(job.queue)
-            assert runtime is not None
-            assert runtime.target is not None
-            launches.append((runtime.target, job))
+            target = targets.get(job.queue)
+            if target is None:
+                runtime = self.runtimes.cached(job.queue)
+                assert runtime is not None
+                assert runtime.target is not None
+                target = targets[job.queue] = runtime.target
+            launches.append((target, job))
         self.launcher.launch_many(launches)
 
     async def drain(self) -> None:

@@ -162,6 +162,17 @@ class Store(Protocol):
         """Launch times after ``since`` per rate group (recorded by
         :meth:`job_mark_running_many`); older events are deleted."""
 
+    async def launch_events_restamp(self, *, queue: str, at: datetime) -> int:
+        """Stamp the queue's stored launch events with ``at`` (an adoption: the dead
+        owner's launches arrived before it, see :mod:`hipq.engine.rates`); returns
+        how many."""
+
+    async def launch_events_replace(self, *, queue: str, since: datetime,
+                                    events: Sequence[tuple[str, datetime]]) -> None:
+        """In one transaction, delete the queue's launch events stamped at or after
+        ``since`` and record ``events`` (group, time) instead (a handover: the owner's
+        launches with their answer times)."""
+
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
                                     owner: str, heartbeat_seconds: float | None,
                                     rate_groups: Mapping[str, str] | None = None,

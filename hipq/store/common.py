@@ -379,6 +379,23 @@ class SQLAlchemyStore(abc.ABC):
                 out.setdefault(row.group_key, []).append(row.launched_at)
         return out
 
+    async def launch_events_restamp(self, *, queue: str, at: datetime) -> int:
+        e = s.launch_events
+        async with self._tx() as conn:
+            done = await conn.execute(e.update().where(e.c.queue == queue, e.c.launched_at < at)
+                                      .values(launched_at=at))
+        return int(done.rowcount or 0)
+
+    async def launch_events_replace(self, *, queue: str, since: datetime,
+                                    events: Sequence[tuple[str, datetime]]) -> None:
+        e = s.launch_events
+        async with self._tx() as conn:
+            await conn.execute(e.delete().where(e.c.queue == queue, e.c.launched_at >= since))
+            if events:
+                await conn.execute(e.insert(), [
+                    {"queue": queue, "group_key": group, "launched_at": at}
+                    for group, at in events])
+
     # -- queued and adopted jobs ---------------------------------------------------------
 
     async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,

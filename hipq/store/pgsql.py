@@ -80,6 +80,9 @@ def to_json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+_dumps = json.dumps
+
+
 # -- the INSERT of new jobs ----------------------------------------------------------
 
 # The PostgreSQL type of each column type, for ``$n::type`` and ``$n::type[]``.
@@ -155,7 +158,7 @@ def insert_jobs(jobs: Sequence[Any]) -> InsertJobs:
                             strict=True):
         values = list(column)
         if name in _JSON_COLUMNS:  # compared as text: in Python, {"a": 1} == {"a": True}
-            values = list(map(to_json, values))
+            values = [None if v is None else _dumps(v) for v in values]
         first = values[0]
         if name != "id" and values.count(first) == len(values):
             scalars.add(name)
