@@ -1,4 +1,4 @@
--- hipq schema version 4. Generated from hipq/store/schema.py
+-- hipq schema version 5. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same.
 
 CREATE TABLE archived_jobs (
@@ -186,3 +186,5 @@ CREATE INDEX ix_response_inbox_applied ON response_inbox (applied_at);
 CREATE INDEX ix_response_inbox_pending_key ON response_inbox (correlation_key) WHERE applied_at IS NULL;
 
 CREATE INDEX ix_response_inbox_pending_received ON response_inbox (received_at) WHERE applied_at IS NULL;
+
+CREATE INDEX ix_response_inbox_unmatched ON response_inbox (received_at, id) WHERE outcome = 'unmatched';

@@ -46,6 +46,7 @@ from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.store import (
     InsertOutcome,
     InsertStatus,
+    ListedResponse,
     QueueRecord,
     QueueStats,
     Response,
@@ -300,6 +301,14 @@ class Hipq:
         """Archived jobs, newest first; ``after`` is the key of the last one seen."""
         return await self.store.job_list_archived(queue=queue, status=status, limit=limit,
                                                   after=after)
+
+    async def list_unmatched(self, *, limit: int = 100, after: tuple[datetime, int] | None = None,
+                             value_chars: int = 4096) -> list[ListedResponse]:
+        """Responses recorded as unmatched, newest first; ``after`` is the
+        (received_at, id) of the last one seen; result and error cut to
+        ``value_chars`` characters of JSON text (see the store)."""
+        return await self.store.inbox_list_unmatched(limit=limit, after=after,
+                                                     value_chars=value_chars)
 
     async def response_counts(self) -> dict[str, int]:
         """Inbox responses by outcome: pending, applied, duplicate, stale, late, unmatched."""

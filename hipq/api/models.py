@@ -8,7 +8,7 @@ from what the server does. Request bodies reuse the core's own models
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 
@@ -128,6 +128,38 @@ class ArchivedQuery(_In):
 
 class ArchivedPage(_Out):
     jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class ResponsesQuery(_In):
+    outcome: Literal["unmatched"] = Field(
+        default="unmatched", description="which responses: those recorded as unmatched "
+        "(the other outcomes are counted in /v1/stats)")
+    limit: int = Field(default=100, ge=1, le=MAX_PAGE)
+    cursor: Annotated[str, Field(max_length=2000)] | None = Field(
+        default=None, description="next_cursor of the previous page")
+
+
+class ResponseOut(_Out):
+    """A response from the inbox; ``result`` and ``error`` as stored, or, when one's
+    JSON text is longer than 4,096 characters, that text cut there (a string) and
+    named in ``truncated``."""
+
+    id: int
+    correlation_key: str
+    attempt: int | None
+    status: str
+    source: str = Field(description="where it came in: http (a signed callback URL, "
+                        "/v1/inbox), callback (a status callback), kafka")
+    received_at: AwareDatetime
+    recorded_at: AwareDatetime | None = Field(description="when it was recorded as unmatched")
+    result: Any = None
+    error: Any = None
+    truncated: list[Literal["result", "error"]] = Field(default_factory=list)
+
+
+class ResponsesPage(_Out):
+    responses: list[ResponseOut]
     next_cursor: str | None
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel
 
-from hipq.api import dashboard, live, metrics_page
+from hipq.api import dashboard, live, metrics_page, responses_page
 from hipq.api import handlers as h
 from hipq.api import schedules as sched
 from hipq.api.auth import Role
@@ -26,6 +26,8 @@ from hipq.api.models import (
     JobOut,
     QueueList,
     QueueOut,
+    ResponsesPage,
+    ResponsesQuery,
     StatsOut,
 )
 from hipq.api.schedule_models import ScheduleList
@@ -104,6 +106,11 @@ ROUTES: tuple[Route, ...] = (
           tags=("jobs",), summary="A queue's queued (queue order) or running (launch order) "
           "jobs, keyset-paginated", query=live.LiveQuery,
           answers={200: live.LivePageOut, 404: ErrorOut}),
+    Route(method="GET", path="/v1/responses", handler=responses_page.unmatched_responses,
+          role=R, tags=("responses",), summary="Responses recorded as unmatched (no job had "
+          "their key within responses.buffer_seconds), newest first, keyset-paginated; "
+          "result and error cut to 4,096 characters of JSON", query=ResponsesQuery,
+          answers={200: ResponsesPage}),
     Route(method="POST", path="/v1/responses/{key}", handler=h.signed_response, role=None,
           signed=True, tags=("responses",), summary="A downstream's response at its signed "
           "callback_url (no token; bad signature: 401; stale attempt: 409)",

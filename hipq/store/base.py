@@ -32,6 +32,7 @@ from hipq.store.records import (
     InboxOutcome,
     InboxRow,
     InsertOutcome,
+    ListedResponse,
     QueueRecord,
     QueueStats,
     Response,
@@ -257,6 +258,21 @@ class Store(Protocol):
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:
         """Mark inbox rows with their outcome; rows already marked keep theirs."""
+
+    async def inbox_list_unmatched(self, *, limit: int = 100,
+                                   after: tuple[datetime, int] | None = None,
+                                   value_chars: int = 4096) -> list[ListedResponse]:
+        """Responses marked ``unmatched``, newest first by (received_at, id), at most
+        ``limit``; ``after`` is the (received_at, id) of the previous page's last
+        one (keyset pagination: no gaps, no repeats among rows already marked).
+        Pending and otherwise marked rows are never listed.
+
+        What a page costs is bounded by ``limit``, whatever is stored: a
+        ``result`` or ``error`` whose JSON text is longer than ``value_chars``
+        characters comes back as its first ``value_chars`` characters of JSON text
+        (a string), named in ``truncated``; a shorter one comes back whole. The
+        read is an index range scan of the unmatched rows only, however many
+        other responses the inbox holds."""
 
     async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
         """(queue, job id) by correlation key of past tries and archived jobs: the

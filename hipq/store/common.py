@@ -32,10 +32,12 @@ from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreEr
 from hipq.jobs import Attempt, Job, JobState, Ordering, cancelled_error, expired_error
 from hipq.store import schema as s
 from hipq.store.due import DueShape
+from hipq.store.listing import listed_response, unmatched_query
 from hipq.store.records import (
     InboxRow,
     InsertOutcome,
     InsertStatus,
+    ListedResponse,
     QueueRecord,
     QueueStats,
 )
@@ -486,6 +488,13 @@ class SQLAlchemyStore(abc.ABC):
                 t.c.applied_at.is_(None), t.c.id > after_id, t.c.received_at < before)
                 .order_by(t.c.id).limit(limit))
             return [inbox_row(r._mapping) for r in rows]
+
+    async def inbox_list_unmatched(self, *, limit: int = 100,
+                                   after: tuple[datetime, int] | None = None,
+                                   value_chars: int = 4096) -> list[ListedResponse]:
+        stmt = unmatched_query(limit=limit, after=after, value_chars=value_chars)
+        async with self._tx() as conn:
+            return [listed_response(r._mapping) for r in await conn.execute(stmt)]
 
     async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
         if not keys:

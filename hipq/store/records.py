@@ -79,6 +79,24 @@ class InboxRow:
     token: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedResponse:
+    """An inbox row as an operator's listing shows it: ``result`` and ``error`` are
+    the stored values, or (when a value's JSON text is longer than the listing's
+    bound) that text cut to the bound, named in ``truncated``."""
+
+    id: int
+    correlation_key: str
+    attempt: int | None
+    status: str
+    source: str
+    received_at: datetime
+    recorded_at: datetime | None  # when it got its outcome (``applied_at``)
+    result: Any = None
+    error: Any = None
+    truncated: tuple[str, ...] = ()  # "result", "error": given as cut JSON text
+
+
 class ChangeKind(StrEnum):
     ARCHIVE = "archive"  # the job ends: succeeded, failed, cancelled
     REQUEUE = "requeue"  # a failed try is retried later

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Dialect
 
 from hipq.clock import utc
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 @dataclass(frozen=True, slots=True)
 class AddColumn:
@@ -53,6 +53,10 @@ UPGRADES: dict[int, list[str | AddColumn]] = {
         "ON archived_jobs (queue, finished_at, id)"],
     # 4: the daemons table (membership of the cluster; create_all makes it)
     4: [],
+    # 5: responses recorded as unmatched are listed newest first
+    # (GET /v1/responses?outcome=unmatched) through a partial index of those rows only
+    5: ["CREATE INDEX IF NOT EXISTS ix_response_inbox_unmatched "
+        "ON response_inbox (received_at, id) WHERE outcome = 'unmatched'"],
 }
 
 
@@ -84,6 +88,7 @@ BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 QUEUED: sa.ColumnElement[str] = sa.literal_column("'queued'")
 RUNNING: sa.ColumnElement[str] = sa.literal_column("'running'")
+UNMATCHED: sa.ColumnElement[str] = sa.literal_column("'unmatched'")  # an inbox outcome
 
 metadata = sa.MetaData()
 
@@ -213,6 +218,11 @@ sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,
 sa.Index("ix_response_inbox_pending_received", response_inbox.c.received_at,
          postgresql_where=_pending, sqlite_where=_pending)
 sa.Index("ix_response_inbox_applied", response_inbox.c.applied_at)
+# Only the few rows marked unmatched are in it (new rows have no outcome yet, so an
+# insert adds no entry): the operators' listing of them, newest first.
+_unmatched = response_inbox.c.outcome == UNMATCHED
+sa.Index("ix_response_inbox_unmatched", response_inbox.c.received_at, response_inbox.c.id,
+         postgresql_where=_unmatched, sqlite_where=_unmatched)
 
 launch_events = sa.Table(
     "launch_events", metadata,

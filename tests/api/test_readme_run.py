@@ -1,8 +1,9 @@
 """A real ``hipq run`` subprocess (API on a free port, SQLite and PostgreSQL)
 against a real downstream on 127.0.0.1: the curl examples of docs/http-api.md run verbatim
 (create a queue, enqueue, batch, the downstream's callback, get, cancel, replay,
-archived listing, stats), then the same daemon serves a ``sync`` queue whose first
-try fails with a 500 and is retried, and pages through 1,000 archived jobs."""
+archived listing, stats, live jobs, unmatched responses), then the same daemon serves
+a ``sync`` queue whose first try fails with a 500 and is retried, and pages through
+1,000 archived jobs."""
 
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ async def test_readme_curl_examples_and_sync_mode(hipq_run: str,
         assert "inv-1" in [j["id"] for j in outputs[7]["jobs"]]
         assert outputs[8]["responses"]["applied"] >= 1
         assert {j["status"] for j in outputs[9]["jobs"]} <= {"running"}
+        assert outputs[10] == {"responses": [], "next_cursor": None}
 
         calls = 0
 

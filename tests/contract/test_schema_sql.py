@@ -123,6 +123,7 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "CREATE INDEX ix_job_attempts_finished ON job_attempts (finished_at)",
     "ALTER TABLE response_inbox DROP COLUMN token",  # version 3
     "DROP TABLE daemons",  # version 4
+    "DROP INDEX ix_response_inbox_unmatched",  # version 5
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 
@@ -174,4 +175,5 @@ async def test_migrate_upgrades_a_version_1_sqlite_database(tmp_path: Path) -> N
     finally:
         await store.close()
     assert "ix_job_attempts_finished" not in indexes
+    assert "WHERE outcome = 'unmatched'" in indexes["ix_response_inbox_unmatched"]
     assert "WHERE correlation_key IS NOT NULL" in indexes["ux_jobs_correlation_key"]

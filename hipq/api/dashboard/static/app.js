@@ -1,5 +1,5 @@
 // The hipq dashboard: plain JS over the HTTP API; no build step, no dependencies.
-// Views (by URL hash): #/ queues, #/queue/NAME, #/job/QUEUE/ID, #/morgue.
+// Views (by URL hash): #/ queues, #/queue/NAME, #/job/QUEUE/ID, #/morgue, #/unmatched.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -78,7 +78,8 @@ async function route() {
   for (const a of document.querySelectorAll("header nav a")) {
     a.classList.toggle("active", a.dataset.view === (parts[0] || "queues"));
   }
-  const view = { queue: queueView, job: jobView, morgue: morgueView }[parts[0]] || queuesView;
+  const view = { queue: queueView, job: jobView, morgue: morgueView, unmatched: unmatchedView }[parts[0]]
+    || queuesView;
   const tick = async () => {
     try {
       await view(...parts.slice(1));
@@ -136,9 +137,10 @@ async function queuesView() {
     ${["pending", "applied", "duplicate", "stale", "late", "unmatched"].map((k) =>
       `<th class="num">${k}</th>`).join("")}</tr><tr>
     ${["pending", "applied", "duplicate", "stale", "late", "unmatched"].map((k) =>
-      `<td class="num" data-count="${k}">${r[k] ?? 0}</td>`).join("")}</tr></table>
-    <p class="muted">Unmatched: responses whose correlation key matched no job within
-    <code>responses.buffer_seconds</code>.</p></section>`;
+      `<td class="num" data-count="${k}">${k === "unmatched"
+        ? `<a href="#/unmatched" title="list them">${r[k] ?? 0}</a>` : r[k] ?? 0}</td>`).join("")}</tr></table>
+    <p class="muted"><a href="#/unmatched">Unmatched</a>: responses whose correlation key matched
+    no job within <code>responses.buffer_seconds</code>.</p></section>`;
   for (const b of document.querySelectorAll("button.toggle")) {
     b.addEventListener("click", () => act(`${b.dataset.paused === "true" ? "resumed" : "paused"} ${b.dataset.queue}`,
       "POST", `/v1/jobs/${enc(b.dataset.queue)}/${b.dataset.paused === "true" ? "resume" : "pause"}`));
@@ -330,6 +332,59 @@ async function morgueView() {
     flash(`replayed ${done} job(s)` + (failures.length ? `; failed: ${failures.join(", ")}` : ""));
     await route();
   });
+}
+
+// -- unmatched responses ----------------------------------------------------------------
+
+const PREVIEW_CHARS = 300; // of a result or an error in the table (the API sends up to 4,096)
+
+function preview(item, key) {
+  const value = item[key];
+  if (value == null) return "";
+  const cut = (item.truncated || []).includes(key); // the API sent the start of its JSON text
+  const text = cut ? String(value) : JSON.stringify(value);
+  return text.length > PREVIEW_CHARS || cut ? text.slice(0, PREVIEW_CHARS) + "\u2026" : text;
+}
+
+function responseRows(items) {
+  return items.map((r) => `<tr data-response="${esc(r.id)}">
+    <td>${when(r.received_at)}</td><td><code>${esc(r.correlation_key)}</code></td>
+    <td>${badge(r.status)}</td><td class="num">${esc(r.attempt ?? "-")}</td><td>${esc(r.source)}</td>
+    <td>${when(r.recorded_at)}</td><td><pre>${esc(preview(r, "result"))}</pre></td>
+    <td><pre class="error">${esc(preview(r, "error"))}</pre></td></tr>`).join("");
+}
+
+async function unmatchedView() {
+  const path = `/v1/responses?outcome=unmatched&limit=${PAGE}`;
+  const first = await api("GET", path);
+  let next = first.next_cursor;
+  $("#view").innerHTML = `${takeFlash()}<section id="unmatched"><h2>Unmatched responses</h2>
+    <p class="muted">Responses whose correlation key matched no job within
+    <code>responses.buffer_seconds</code>, newest first (received time).</p>
+    <table><thead><tr><th>received</th><th>correlation key</th><th>status</th><th class="num">try</th>
+    <th>source</th><th>recorded</th><th>result</th><th>error</th></tr></thead>
+    <tbody>${responseRows(first.responses) || '<tr><td colspan="8" class="muted">none</td></tr>'}</tbody></table>
+    <div class="pager"><button id="more" ${next ? "" : "hidden"}>more</button>
+    <button id="refresh">refresh</button><span class="muted" id="shown">${first.responses.length} shown</span>
+    <span class="error" id="more-error"></span></div></section>`;
+  const more = $("#more");
+  more.addEventListener("click", async () => {
+    more.disabled = true;
+    try {
+      const page = await api("GET", `${path}&cursor=${enc(next)}`);
+      const body = $("#unmatched tbody");
+      if (!body) return; // the view changed meanwhile
+      body.insertAdjacentHTML("beforeend", responseRows(page.responses));
+      next = page.next_cursor;
+      more.hidden = !next;
+      $("#shown").textContent = `${body.querySelectorAll("tr[data-response]").length} shown`;
+      $("#more-error").textContent = "";
+    } catch (err) {
+      $("#more-error").textContent = err.message;
+    }
+    more.disabled = false;
+  });
+  $("#refresh").addEventListener("click", () => route());
 }
 
 // -- start ------------------------------------------------------------------------------

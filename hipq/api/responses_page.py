@@ -1,0 +1,82 @@
+"""``GET /v1/responses?outcome=unmatched``: the responses recorded as unmatched (their
+correlation key matched no job within ``responses.buffer_seconds``), newest first,
+keyset-paginated.
+
+Pages are bounded like the archived-jobs pages: at most ``limit`` items and about
+:data:`~hipq.api.handlers.PAGE_BYTES` of JSON (at least one item), read from the
+store in chunks; besides, each item's ``result`` and ``error`` are cut to
+:data:`VALUE_CHARS` characters of JSON text by the store itself, so a response
+stored with a large body costs a page little. The cursor is the last item's
+(received_at, id), opaque to clients; a bad one is a 400 ``invalid_cursor``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from hipq.api.deps import DEPS
+from hipq.api.errors import ApiError
+from hipq.api.handlers import FETCH_CHUNK, PAGE_BYTES
+from hipq.api.io import read_query
+from hipq.api.models import ResponseOut, ResponsesQuery
+from hipq.store import ListedResponse
+
+VALUE_CHARS = 4096  # characters of a result's or an error's JSON text shown in a listing
+_MAX_ID = 2**63 - 1  # inbox ids are BIGINT
+
+
+def encode_cursor(received_at: datetime, row_id: int) -> str:
+    raw = json.dumps([received_at.isoformat(), row_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The (received_at, id) in ``cursor``; 400 unless this listing gave it out."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        when, row_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(when, str) or isinstance(row_id, bool) or not isinstance(row_id, int):
+            raise ValueError("bad cursor")
+        at = datetime.fromisoformat(when)
+        if at.tzinfo is None or not 0 <= row_id <= _MAX_ID:
+            raise ValueError("bad cursor")
+        at = at.astimezone(UTC)  # out of range once in UTC: OverflowError
+    except (ValueError, TypeError, UnicodeError, OverflowError, RecursionError,
+            binascii.Error):
+        raise ApiError(400, "invalid_cursor", "the cursor is not one this API gave out") from None
+    return at, row_id
+
+
+def response_out(row: ListedResponse) -> ResponseOut:
+    return ResponseOut.model_validate(row, from_attributes=True)
+
+
+async def unmatched_responses(request: web.Request) -> web.Response:
+    query = read_query(request, ResponsesQuery)
+    after = decode_cursor(query.cursor) if query.cursor else None
+    service = request.app[DEPS].service
+    page: list[str] = []
+    size, last, more, full = 0, None, True, False
+    while more and not full and len(page) < query.limit:
+        want = min(query.limit - len(page), FETCH_CHUNK)
+        rows = await service.list_unmatched(limit=want + 1, after=after,
+                                            value_chars=VALUE_CHARS)
+        more = len(rows) > want
+        for row in rows[:want]:
+            text = response_out(row).model_dump_json()
+            if page and size + len(text) > PAGE_BYTES:
+                more = full = True
+                break
+            page.append(text)
+            size += len(text)
+            last = row
+        if last is not None:
+            after = (last.received_at, last.id)
+    cursor = encode_cursor(last.received_at, last.id) if more and last is not None else None
+    body = '{"responses":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"
+    return web.Response(body=body.encode(), content_type="application/json")
