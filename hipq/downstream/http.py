@@ -11,6 +11,12 @@ answers 2xx (stored) or 409 (a stale or finished try: nothing more to say). A 4x
 that no retry can change (400, 401, 404, 413, 422) is logged and dropped. The
 outcome lives only in this process: a downstream that stops before delivering it
 leaves the job to its deadline (hipq then retries it per its queue).
+
+At most ``concurrency`` callbacks are in flight; the others wait their turn, and
+the timeout (10 s to connect, 10 s between reads) runs only once a request is on
+its way. (A timeout that also counted the wait for a free connection made a burst
+of thousands of launches time out in the queue, send every callback again, and
+collapse the throughput of both sides.)
 """
 
 from __future__ import annotations
@@ -57,13 +63,17 @@ class CallbackWorker:
         self.handler = handler
         self.heartbeat_seconds = heartbeat_seconds
         self.clock = clock
-        self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)  # handlers running
+        self._sending = asyncio.Semaphore(concurrency)  # callbacks in flight
         self._tasks: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
 
     async def lifespan(self, app: web.Application) -> AsyncIterator[None]:
-        timeout = aiohttp.ClientTimeout(total=CALLBACK_TIMEOUT_SECONDS)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CALLBACK_TIMEOUT_SECONDS,
+                                        sock_read=CALLBACK_TIMEOUT_SECONDS)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=self._concurrency))
         yield
         for task in list(self._tasks):
             task.cancel()
@@ -130,7 +140,7 @@ class CallbackWorker:
 
     async def _post(self, url: str, body: dict[str, Any]) -> int:
         assert self._session is not None
-        async with self._session.post(url, json=body) as answer:
+        async with self._sending, self._session.post(url, json=body) as answer:
             await answer.read()
             return answer.status
 
