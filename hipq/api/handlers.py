@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +29,7 @@ from hipq.api.models import (
     ResponseCounts,
     StatsOut,
 )
+from hipq.api.paging import collect_page
 from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
 from hipq.api.stats_cache import STATS
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
@@ -41,8 +43,6 @@ log = logging.getLogger(__name__)
 
 RANDOM_ID = "random_id"
 _QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
-PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this much JSON
-FETCH_CHUNK = 50  # archived jobs read from the store at a time
 _DOTS = frozenset({".", ".."})  # path segments that would rewrite a target URL
 
 
@@ -211,32 +211,20 @@ async def replay_job(request: web.Request) -> web.Response:
 
 
 async def archived_jobs(request: web.Request) -> web.Response:
-    """A page of at most ``limit`` jobs and about :data:`PAGE_BYTES` of JSON (at
-    least one job), read from the store in chunks so a page of large jobs is
-    never all in memory at once."""
+    """A page of at most ``limit`` jobs and about :data:`~hipq.api.paging.PAGE_BYTES` of JSON (at
+    least one job): :func:`~hipq.api.paging.collect_page`."""
     query = read_query(request, ArchivedQuery)
-    after = decode_cursor(query.cursor) if query.cursor else None
     service = _service(request)
-    page: list[str] = []
-    size, last, more, full = 0, None, True, False
-    while more and not full and len(page) < query.limit:
-        want = min(query.limit - len(page), FETCH_CHUNK)
-        jobs = await service.list_archived(queue=query.name, status=query.status,
-                                           limit=want + 1, after=after)
-        more = len(jobs) > want
-        for job in jobs[:want]:
-            text = job_out(job).model_dump_json()
-            if page and size + len(text) > PAGE_BYTES:
-                more = full = True
-                break
-            page.append(text)
-            size += len(text)
-            last = job
-        if last is not None and last.finished_at is not None:
-            after = (last.finished_at, last.queue, last.id)
-    cursor = None
-    if more and last is not None and last.finished_at is not None:
-        cursor = encode_cursor(last.finished_at, last.queue, last.id)
+
+    async def read(limit: int, after: tuple[datetime, str, str] | None) -> list[Job]:
+        return await service.list_archived(queue=query.name, status=query.status,
+                                           limit=limit, after=after)
+
+    page, last, more = await collect_page(
+        read, _archived_json, _archived_key, limit=query.limit,
+        after=decode_cursor(query.cursor) if query.cursor else None)
+    key = _archived_key(last[0]) if more and last else None
+    cursor = None if key is None else encode_cursor(*key)
     body = '{"jobs":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"
     return web.Response(body=body.encode(), content_type="application/json")
 
@@ -291,3 +279,11 @@ async def healthz(request: web.Request) -> web.Response:
                     extra={"action": "healthz_failed"})
         raise ApiError(503, "store_unavailable", "database unavailable") from None
     return reply(HealthOut(status="ok", database="ok"))
+
+
+def _archived_json(job: Job) -> str:
+    return job_out(job).model_dump_json()
+
+
+def _archived_key(job: Job) -> tuple[datetime, str, str] | None:
+    return None if job.finished_at is None else (job.finished_at, job.queue, job.id)

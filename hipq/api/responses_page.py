@@ -3,7 +3,7 @@ correlation key matched no job within ``responses.buffer_seconds``), newest firs
 keyset-paginated.
 
 Pages are bounded like the archived-jobs pages: at most ``limit`` items and about
-:data:`~hipq.api.handlers.PAGE_BYTES` of JSON (at least one item), read from the
+:data:`~hipq.api.paging.PAGE_BYTES` of JSON (at least one item), read from the
 store in chunks; besides, each item's ``result`` and ``error`` are cut to
 :data:`VALUE_CHARS` characters of JSON text by the store itself, so a response
 stored with a large body costs a page little. The cursor is the last item's
@@ -21,9 +21,9 @@ from aiohttp import web
 
 from hipq.api.deps import DEPS
 from hipq.api.errors import ApiError
-from hipq.api.handlers import FETCH_CHUNK, PAGE_BYTES
 from hipq.api.io import read_query
 from hipq.api.models import ResponseOut, ResponsesQuery
+from hipq.api.paging import collect_page
 from hipq.store import ListedResponse
 
 VALUE_CHARS = 4096  # characters of a result's or an error's JSON text shown in a listing
@@ -58,25 +58,22 @@ def response_out(row: ListedResponse) -> ResponseOut:
 
 async def unmatched_responses(request: web.Request) -> web.Response:
     query = read_query(request, ResponsesQuery)
-    after = decode_cursor(query.cursor) if query.cursor else None
     service = request.app[DEPS].service
-    page: list[str] = []
-    size, last, more, full = 0, None, True, False
-    while more and not full and len(page) < query.limit:
-        want = min(query.limit - len(page), FETCH_CHUNK)
-        rows = await service.list_unmatched(limit=want + 1, after=after,
-                                            value_chars=VALUE_CHARS)
-        more = len(rows) > want
-        for row in rows[:want]:
-            text = response_out(row).model_dump_json()
-            if page and size + len(text) > PAGE_BYTES:
-                more = full = True
-                break
-            page.append(text)
-            size += len(text)
-            last = row
-        if last is not None:
-            after = (last.received_at, last.id)
-    cursor = encode_cursor(last.received_at, last.id) if more and last is not None else None
+
+    async def read(limit: int, after: tuple[datetime, int] | None) -> list[ListedResponse]:
+        return await service.list_unmatched(limit=limit, after=after, value_chars=VALUE_CHARS)
+
+    page, last, more = await collect_page(
+        read, _row_json, _row_key, limit=query.limit,
+        after=decode_cursor(query.cursor) if query.cursor else None)
+    cursor = encode_cursor(*_row_key(last[0])) if more and last else None
     body = '{"responses":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"
     return web.Response(body=body.encode(), content_type="application/json")
+
+
+def _row_json(row: ListedResponse) -> str:
+    return response_out(row).model_dump_json()
+
+
+def _row_key(row: ListedResponse) -> tuple[datetime, int]:
+    return row.received_at, row.id

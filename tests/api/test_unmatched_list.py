@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hipq.api import responses_page
+from hipq.api import paging, responses_page
 from hipq.responses.signing import Signer
 from hipq.testing import FakeClock
 from tests.api.conftest import READER, SIGNING_KEY, Api, Live, LiveFactory
@@ -117,7 +117,7 @@ async def test_unmatched_responses_are_listed_newest_first(live: LiveFactory) ->
 
 async def test_a_large_result_is_cut_and_pages_stay_bounded(
         live: LiveFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(responses_page, "PAGE_BYTES", 20_000)
+    monkeypatch.setattr(paging, "PAGE_BYTES", 20_000)
     lv, clock = await _start(live)
     await _make_unmatched(lv, clock, {f"big.{i}": {"result": {"blob": "x" * 50_000},
                                                    "error": "e" * 6000} for i in range(8)})

@@ -1,0 +1,44 @@
+"""List pages bounded in items and in bytes (SPEC 8: "list pages are bounded in
+items and bytes"), read from the store in chunks so a page of large items is never
+all in memory at once. Used by the archived-jobs and the unmatched-responses
+listings; each gives its own read, rendering and keyset cursor."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this much JSON
+FETCH_CHUNK = 50  # items read from the store at a time
+
+Item = TypeVar("Item")
+Key = TypeVar("Key")
+
+
+async def collect_page(read: Callable[[int, Key | None], Awaitable[Sequence[Item]]],
+                       render: Callable[[Item], str], key_of: Callable[[Item], Key | None],
+                       *, limit: int, after: Key | None
+                       ) -> tuple[list[str], Sequence[Item], bool]:
+    """At most ``limit`` items rendered as JSON texts, and about :data:`PAGE_BYTES`
+    of them (at least one); ``read(n, after)`` returns up to ``n`` items after the
+    key ``after``. Returns the texts, the last item put on the page, and whether
+    more items follow it."""
+    page: list[str] = []
+    last: Item | None = None
+    size, more, full = 0, True, False
+    while more and not full and len(page) < limit:
+        want = min(limit - len(page), FETCH_CHUNK)
+        items = await read(want + 1, after)
+        more = len(items) > want
+        for item in items[:want]:
+            text = render(item)
+            if page and size + len(text) > PAGE_BYTES:
+                more = full = True
+                break
+            page.append(text)
+            size += len(text)
+            last = item
+        key = None if last is None else key_of(last)
+        if key is not None:
+            after = key
+    return page, () if last is None else (last,), more
