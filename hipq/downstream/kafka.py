@@ -17,6 +17,7 @@ aiokafka is imported when :meth:`KafkaResponder.run` starts, so importing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 CORRELATION_HEADER = "Hipq-Correlation-Key"
 POLL_MS = 200
 MAX_RECORDS = 2000
+COMMIT_SECONDS = 10.0  # an offset commit longer than this: reconnect
+RECONNECT_SECONDS, MAX_RECONNECT_SECONDS = 0.5, 5.0
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 
 
@@ -55,7 +58,27 @@ class KafkaResponder:
         self._stopping.set()
 
     async def run(self, *, ready: asyncio.Event | None = None) -> None:
+        """Answer launches until :meth:`stop`. A broken connection, a broker that
+        lost its data or a commit that never finishes is logged, and the responder
+        connects again (after 0.5 s, doubling to 5 s); ``ready`` is set once the
+        first connection is up."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await self._connected(ready)
+                return
+            except Exception as exc:  # never stop answering: log, back off, reconnect
+                failures += 1
+                delay = min(RECONNECT_SECONDS * 2 ** (failures - 1), MAX_RECONNECT_SECONDS)
+                log.warning("Kafka responder error (%s: %s); reconnecting in %.1fs",
+                            type(exc).__name__, exc, delay, extra={"action": "responder_down"})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _connected(self, ready: asyncio.Event | None) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+        from hipq.responses.kafka import rewind_truncated
 
         consumer = AIOKafkaConsumer(
             self.request_topic, bootstrap_servers=self.bootstrap_servers,
@@ -63,22 +86,38 @@ class KafkaResponder:
             **{"auto_offset_reset": "earliest", **self.consumer_options})
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers,
                                     **{"acks": "all", "linger_ms": 5, **self.producer_options})
-        await producer.start()
         try:
+            await producer.start()
             await consumer.start()
-            try:
-                if ready is not None:
-                    ready.set()
-                while not self._stopping.is_set():
-                    batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
-                    if batches:
-                        await self._answer(producer, [r for rs in batches.values() for r in rs])
-                        await consumer.commit({tp: rs[-1].offset + 1
-                                               for tp, rs in batches.items()})
-            finally:
-                await consumer.stop()
+            if ready is not None:
+                ready.set()
+            while not self._stopping.is_set():
+                batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
+                if batches:
+                    await self._answer(producer, [r for rs in batches.values() for r in rs])
+                    await self._commit(consumer, {tp: rs[-1].offset + 1
+                                                  for tp, rs in batches.items()})
+                else:  # a broker that lost its data numbers offsets from 0 again
+                    await rewind_truncated(consumer)
         finally:
-            await producer.stop()
+            for client in (consumer, producer):
+                with contextlib.suppress(Exception):
+                    await client.stop()
+
+    async def _commit(self, consumer: Any, offsets: dict[Any, int]) -> None:
+        """After the batch's answers were acknowledged. A failed commit means the
+        launches are read and answered again (hipq applies a repeated response
+        once). aiokafka retries some commit errors for ever (a topic gone with a
+        broker's data): past ``COMMIT_SECONDS`` the responder reconnects."""
+        from aiokafka.errors import KafkaError
+
+        try:
+            await asyncio.wait_for(consumer.commit(offsets), COMMIT_SECONDS)
+        except KafkaError as exc:
+            log.warning("offset commit failed (%s: %s); these launches will be answered "
+                        "again", type(exc).__name__, exc, extra={"action": "responder_commit"})
+        except TimeoutError:
+            raise ConnectionError(f"no offset commit within {COMMIT_SECONDS:g}s") from None
 
     async def _answer(self, producer: Any, records: Sequence[Any]) -> None:
         # ``concurrency`` workers share the batch (not a task per record): a handler
