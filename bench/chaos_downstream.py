@@ -97,6 +97,13 @@ async def main() -> None:
     app = web.Application()
     app.router.add_post("/launch/{queue}/{id}", service.launch)
     app.router.add_get("/_dump", service.dump)
+    await serve(app)
+    await asyncio.Event().wait()
+
+
+async def serve(app: web.Application) -> None:
+    """Serve ``app`` on a free port of 127.0.0.1 and print ``PORT=<n>`` (what the
+    harness reads); the chaos responders' one way to say where they listen."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -104,7 +111,6 @@ async def main() -> None:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     sys.stdout.write(f"PORT={port}\n")
     sys.stdout.flush()
-    await asyncio.Event().wait()
 
 
 if __name__ == "__main__":

@@ -48,7 +48,6 @@ import collections
 import json
 import logging
 import random
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +55,7 @@ from typing import Any
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from chaos_downstream import serve
 
 from hipq.responses.kafka import rewind_truncated
 
@@ -234,13 +234,7 @@ async def main() -> None:
     responder = Responder(args)
     app = web.Application()
     app.router.add_get("/_dump", responder.dump)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    sys.stdout.write(f"PORT={port}\n")
-    sys.stdout.flush()
+    await serve(app)
     await responder.run()
 
 
