@@ -59,6 +59,9 @@ class Batch(Mapping[tuple[str, str], Entry]):
         self._weights: dict[tuple[str, bool], int] = {}  # (queue, critical) -> weight
         self._deadlines: list[tuple[datetime, int, tuple[str, str], int]] = []
         self._pushed = 0
+        # live entries with a deadline not yet in the heap: pushed by overdue(), so
+        # the many tries that end within their first tick never touch the heap
+        self._unheaped: list[Entry] = []
         self._dirty: set[tuple[str, str]] = set()
 
     def __getitem__(self, key: tuple[str, str]) -> Entry:
@@ -92,8 +95,10 @@ class Batch(Mapping[tuple[str, str], Entry]):
         if job.correlation_key:
             self._by_key[job.correlation_key] = entry
         if entry.outcome is None:
-            self._weigh(job, 1)
-            self._push(entry)
+            slot = (job.queue, job.critical)
+            self._weights[slot] = self._weights.get(slot, 0) + job.weight
+            if entry.deadline is not None:
+                self._unheaped.append(entry)
         else:
             self._dirty.add(key)
 
@@ -101,7 +106,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
         """The try ended in memory; step 3 persists it."""
         job = entry.job
         if entry.outcome is None:
-            self._weigh(job, -1)
+            slot = (job.queue, job.critical)
+            self._weights[slot] -= job.weight
         entry.outcome = outcome
         self._dirty.add((job.queue, job.id))
 
@@ -111,7 +117,7 @@ class Batch(Mapping[tuple[str, str], Entry]):
         entry.extended = True
         entry.inbox_ids.append(inbox_id)
         self._dirty.add(entry.job.key)
-        self._push(entry)
+        self._unheaped.append(entry)
 
     def settle(self, key: tuple[str, str], deadline: datetime | None) -> None:
         """An extension was persisted: the entry waits on, with its new deadline."""
@@ -133,7 +139,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
         if job.correlation_key and self._by_key.get(job.correlation_key) is entry:
             del self._by_key[job.correlation_key]
         if entry.outcome is None:
-            self._weigh(job, -1)
+            slot = (job.queue, job.critical)
+            self._weights[slot] -= job.weight
         self._dirty.discard(key)
 
     def drop_queue(self, queue: str) -> None:
@@ -161,25 +168,34 @@ class Batch(Mapping[tuple[str, str], Entry]):
         return [self._entries[k] for k in self._dirty]
 
     def overdue(self, now: datetime) -> list[Entry]:
-        """Live entries whose deadline is at or before ``now``."""
-        out = []
+        """Live entries whose deadline is at or before ``now`` (each once)."""
+        out: list[Entry] = []
+        seen: set[int] = set()  # an entry extended twice to one deadline has two items
+        self._heap_unheaped()
         heap = self._deadlines
         while heap and heap[0][0] <= now:
             deadline, _, key, attempt = heapq.heappop(heap)
             entry = self._entries.get(key)
             if (entry is not None and entry.outcome is None and entry.job.attempt == attempt
-                    and entry.deadline == deadline):
+                    and entry.deadline == deadline and id(entry) not in seen):
+                seen.add(id(entry))
                 out.append(entry)
         return out
 
-    def _push(self, entry: Entry) -> None:
-        if entry.deadline is None:
+    def _heap_unheaped(self) -> None:
+        """Push the deadlines of the entries added or extended since the last call
+        that still wait (one item per entry and deadline; stale ones are skipped)."""
+        if not self._unheaped:
             return
-        self._pushed += 1
-        job = entry.job
-        heapq.heappush(self._deadlines,
-                       (entry.deadline, self._pushed, (job.queue, job.id), job.attempt))
-        if len(self._deadlines) > 2 * len(self._entries) + COMPACT_SLACK:
+        fresh, self._unheaped = self._unheaped, []
+        entries, heap, push = self._entries, self._deadlines, heapq.heappush
+        for entry in fresh:
+            job = entry.job
+            key = (job.queue, job.id)
+            if entry.outcome is None and entry.deadline is not None and entries.get(key) is entry:
+                self._pushed += 1
+                push(heap, (entry.deadline, self._pushed, key, job.attempt))
+        if len(heap) > 2 * len(entries) + COMPACT_SLACK:
             self._compact()
 
     def _compact(self) -> None:
@@ -189,11 +205,6 @@ class Batch(Mapping[tuple[str, str], Entry]):
                            for n, (k, e) in enumerate(self._entries.items())
                            if e.deadline is not None and e.outcome is None]
         heapq.heapify(self._deadlines)
-
-    def _weigh(self, job: Job, sign: int) -> None:
-        slot = (job.queue, job.critical)
-        weights = self._weights
-        weights[slot] = weights.get(slot, 0) + sign * job.weight
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ class LaunchResult:
 class Launcher:
     def __init__(self, store: Store, *, clock: Clock, owner: str, concurrency: int,
                  on_wake: Callable[[], None] | None = None,
-                 on_answered: Callable[[Job, datetime], None] | None = None) -> None:
+                 on_answered: Callable[[Job, Callable[[], datetime]], None] | None = None) -> None:
         self.store = store
         self.clock = clock
         self.owner = owner
@@ -117,7 +117,7 @@ class Launcher:
 
     def _record(self, result: LaunchResult) -> None:
         if self.on_answered is not None:
-            self.on_answered(result.job, self.clock.now())
+            self.on_answered(result.job, self.clock.now)
         if isinstance(result.outcome, Accepted):
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one

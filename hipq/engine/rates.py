@@ -26,6 +26,7 @@ left a dead daemon within a window of its claim.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -47,13 +48,14 @@ class RateLog:
         """A launch of ``job`` counted against its queue's rate limit."""
         self._queues.setdefault(job.queue, {})[(job.id, job.attempt)] = _Launch(group, at)
 
-    def answered(self, job: Job, at: datetime) -> None:
-        """The launch's send finished (accepted, an outcome, or failed) at ``at``."""
+    def answered(self, job: Job, now: Callable[[], datetime]) -> None:
+        """The launch's send finished (accepted, an outcome, or failed) ``now()``
+        (read only for a launch counted here: most queues have no rate limit)."""
         launches = self._queues.get(job.queue)
-        if launches is not None:
+        if launches:
             launch = launches.get((job.id, job.attempt))
             if launch is not None and launch.answered_at is None:
-                launch.answered_at = at
+                launch.answered_at = now()
 
     def extra(self, queue: str, since: datetime, now: datetime) -> dict[str, list[datetime]]:
         """Launches to count beside the stored events after ``since`` (a window

@@ -50,6 +50,17 @@ class Harness:
         await self.hipq.create_queue(config)
         return config
 
+    async def leave(self) -> None:
+        """Out of later tests' way: the queue paused, this daemon's leases released
+        and its membership gone (clocks jump between examples: a heartbeat stamped
+        later than the next example's clock would count this daemon as live and
+        shrink the next one's fair share of the queues)."""
+        if self.queue_id:
+            await self.hipq.set_paused(self.queue_id, True)
+        leases = self.reconciler.leases
+        await self.store.lease_release_many(queues=sorted(leases.owned), owner=self.owner)
+        await self.store.daemon_leave(owner=self.owner)
+
     async def enqueue(self, job_id: str, **fields: Any) -> InsertOutcome:
         return await self.hipq.enqueue(self.queue_id, job_id, EnqueueRequest(**fields))
 
