@@ -30,13 +30,14 @@ from hipq.errors import (
     ValidationError,
 )
 from hipq.jobs import (
+    DOT_SEGMENTS,
     GENERATED_KEY_PREFIX,
     Attempt,
     Job,
     JobState,
     ResponseStatus,
     expired_error,
-    is_job_id,
+    job_id_match,
 )
 from hipq.responses import correlation
 from hipq.responses.batcher import Batcher
@@ -335,7 +336,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime, *, token: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
     ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
-    if not is_job_id(job_id):
+    if job_id_match(job_id) is None or job_id in DOT_SEGMENTS:  # is_job_id, inline
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-], and not '.' or '..'")
     weight = request.weight or config.default_weight

@@ -143,6 +143,22 @@ class Batch(Mapping[tuple[str, str], Entry]):
             self._weights[slot] -= job.weight
         self._dirty.discard(key)
 
+    def remove_ended(self, keys: Sequence[tuple[str, str]]) -> None:
+        """:meth:`remove` for many keys (step 3's persisted changes, one call)."""
+        entries, queues, by_key, dirty = self._entries, self._queues, self._by_key, self._dirty
+        for key in keys:
+            entry = entries.pop(key, None)
+            if entry is None:
+                continue
+            job = entry.job
+            del queues[job.queue][job.id]
+            correlation_key = job.correlation_key
+            if correlation_key and by_key.get(correlation_key) is entry:
+                del by_key[correlation_key]
+            if entry.outcome is None:
+                self._weights[(job.queue, job.critical)] -= job.weight
+            dirty.discard(key)
+
     def drop_queue(self, queue: str) -> None:
         """The queue's lease was lost: its entries are another daemon's now."""
         for job_id in list(self._queues.get(queue, {})):

@@ -375,12 +375,15 @@ class Reconciler:
         if not changes:
             return
         applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
+        leaving: list[tuple[str, str]] = []
+        extend = ChangeKind.EXTEND
         for change in changes:
             key = (change.queue, change.id)
-            if change.kind is ChangeKind.EXTEND and key in applied:
+            if change.kind is extend and key in applied:
                 self.batch.settle(key, change.deadline)
             else:  # ended, re-queued, or no longer ours: it leaves the batch either way
-                self.batch.remove(key)
+                leaving.append(key)
+        self.batch.remove_ended(leaving)
 
     # -- steps 4 and 5: mark running and launch ----------------------------------------
 
