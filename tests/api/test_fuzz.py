@@ -30,7 +30,15 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 CONTENT_TYPES = [None, "application/json", "text/plain", "application/x-www-form-urlencoded",
                  "multipart/form-data; boundary=x", "application/octet-stream"]
 
-_ids = itertools.count()
+
+def _ids_without_zero() -> Iterator[int]:
+    """Numbers for the ids sent in bodies. None has a "0": mangle 1 turns the body's
+    first "0" into 1e400, which must hit a value (or nothing), never the id: a queue
+    "q950" sent as "q951e400" is another queue, rightly created under that name."""
+    return (n for n in itertools.count(1) if "0" not in str(n))
+
+
+_ids = _ids_without_zero()
 
 INF = "__1e400__"  # a marker encode() turns into the number 1e400 (inf once parsed)
 scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
@@ -157,6 +165,23 @@ def test_queue_bodies(api_url: str) -> None:
         assert exists(api_url, f"/v1/jobs/{queue_id}") == (answer.status_code < 400)
 
     check()
+
+
+def test_queue_body_mangle_keeps_the_id(api_url: str) -> None:
+    """The input test_queue_bodies failed on: mangle 1 renamed queue "q950" to
+    "q951e400", hipq created that one (201) and the fuzz looked for "q950"."""
+    fields = {"retry": {}, "target": {"kind": "http", "url": ""}}
+    answer = send(api_url, "POST", "/v1/jobs", encode({"id": "q950", **fields}, 1), None)
+    assert (answer.status_code, answer.json()["id"]) == (201, "q951e400")
+    assert exists(api_url, "/v1/jobs/q951e400")
+    assert not exists(api_url, "/v1/jobs/q950")
+    numbers = list(itertools.islice(_ids_without_zero(), 1000))
+    assert all(json.loads(encode({"id": f"q{n}", **fields}, 1))["id"] == f"q{n}"
+               for n in numbers)
+    queue_id = f"q{numbers[949]}"
+    answer = send(api_url, "POST", "/v1/jobs", encode({"id": queue_id, **fields}, 1), None)
+    assert answer.status_code == 201, answer.text
+    assert exists(api_url, f"/v1/jobs/{queue_id}")
 
 
 def test_response_bodies(api_url: str) -> None:
