@@ -41,6 +41,7 @@ from hipq.throttling import (
     OrderingKeys,
     QuotaPlan,
     RateBudget,
+    RunningUsage,
     effective_priority,
     field_value,
     group_of,
@@ -64,6 +65,7 @@ __all__ = [
     "Retry",
     "RetryContext",
     "RetryStrategy",
+    "RunningUsage",
     "ThrottleContext",
     "ThrottleResult",
     "Throttler",
@@ -84,9 +86,14 @@ class ThrottleContext:
         queue: the queue's settings (a frozen :class:`QueueSpec`).
         candidates: due jobs, in the queue's order, bounded (never the whole backlog).
         running: the queue's running jobs (their weights count against capacity).
+            Listed on first use: a throttler that reads only ``usage`` costs nothing
+            per running job.
         now: aware UTC datetime.
         recent_launches: for queues with a ``rate_limit``: launch times within the
             current window, per rate group (``""`` for a queue-wide limit).
+        usage: what the running jobs hold, summed (:class:`RunningUsage`; its
+            ``field_weights`` by the queue's quota field). ``None`` when the caller
+            did not give it: :meth:`running_usage` then sums ``running``.
     """
 
     queue: QueueSpec
@@ -94,6 +101,15 @@ class ThrottleContext:
     running: Sequence[Job]
     now: datetime
     recent_launches: Mapping[str, Sequence[datetime]] = field(default_factory=dict)
+    usage: RunningUsage | None = None
+
+    def running_usage(self) -> RunningUsage:
+        """``usage``, or the sums of ``running`` (by the queue's quota field)."""
+        path = self.queue.quotas.field if self.queue.quotas is not None else None
+        usage = self.usage
+        if usage is None or (path is not None and usage.field_path != path):
+            usage = RunningUsage.of(self.running, path)
+        return usage
 
 
 @dataclass(frozen=True, slots=True)

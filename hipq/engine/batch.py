@@ -10,14 +10,15 @@ it; ``extended`` says a heartbeat moved its deadline.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from hipq.frozen import quick_init
 from hipq.jobs import Job, JobError, JobState
 from hipq.store.records import Change, InboxOutcome
+from hipq.throttling import RunningUsage, field_value
 
 
 @quick_init
@@ -57,6 +58,11 @@ class Batch(Mapping[tuple[str, str], Entry]):
         self._by_key: dict[str, Entry] = {}
         self._queues: dict[str, dict[str, Entry]] = {}
         self._weights: dict[tuple[str, bool], int] = {}  # (queue, critical) -> weight
+        # per queue, over live entries: ordering key -> entries; and, for a queue with
+        # quotas, the quota field's path and its value -> weight of normal entries
+        self._keys: dict[str, dict[str, int]] = {}
+        self._fields: dict[str, str] = {}
+        self._values: dict[str, dict[str | None, int]] = {}
         self._deadlines: list[tuple[datetime, int, tuple[str, str], int]] = []
         self._pushed = 0
         # live entries with a deadline not yet in the heap: pushed by overdue(), so
@@ -97,6 +103,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
         if entry.outcome is None:
             slot = (job.queue, job.critical)
             self._weights[slot] = self._weights.get(slot, 0) + job.weight
+            if job.ordering_key is not None or job.queue in self._fields:
+                self._count(job, 1)
             if entry.deadline is not None:
                 self._unheaped.append(entry)
         else:
@@ -108,6 +116,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
         if entry.outcome is None:
             slot = (job.queue, job.critical)
             self._weights[slot] -= job.weight
+            if job.ordering_key is not None or job.queue in self._fields:
+                self._count(job, -1)
         entry.outcome = outcome
         self._dirty.add((job.queue, job.id))
 
@@ -141,6 +151,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
         if entry.outcome is None:
             slot = (job.queue, job.critical)
             self._weights[slot] -= job.weight
+            if job.ordering_key is not None or job.queue in self._fields:
+                self._count(job, -1)
         self._dirty.discard(key)
 
     def remove_ended(self, keys: Sequence[tuple[str, str]]) -> None:
@@ -157,6 +169,8 @@ class Batch(Mapping[tuple[str, str], Entry]):
                 del by_key[correlation_key]
             if entry.outcome is None:
                 self._weights[(job.queue, job.critical)] -= job.weight
+                if job.ordering_key is not None or job.queue in self._fields:
+                    self._count(job, -1)
             dirty.discard(key)
 
     def drop_queue(self, queue: str) -> None:
@@ -171,6 +185,49 @@ class Batch(Mapping[tuple[str, str], Entry]):
 
     def has_key(self, correlation_key: str) -> bool:
         return correlation_key in self._by_key
+
+    def usage(self, queue: str, field_path: str | None) -> RunningUsage:
+        """What the queue's live entries hold, from the kept counts (the values by
+        ``field_path`` are counted afresh when the path is new for the queue). The
+        sets and mappings are the batch's own: read them before it changes."""
+        if field_path is None:
+            if self._fields.pop(queue, None) is not None:
+                self._values.pop(queue, None)
+        elif self._fields.get(queue) != field_path:
+            self._fields[queue] = field_path
+            values: dict[str | None, int] = {}
+            for entry in self._queues.get(queue, {}).values():
+                job = entry.job
+                if entry.outcome is None and not job.critical:
+                    value = field_value(job.data, field_path)
+                    values[value] = values.get(value, 0) + job.weight
+            self._values[queue] = values
+        keys = self._keys.get(queue)
+        return RunningUsage(normal_weight=self._weights.get((queue, False), 0),
+                            critical_weight=self._weights.get((queue, True), 0),
+                            ordering_keys=keys.keys() if keys else frozenset(),
+                            field_path=field_path,
+                            field_weights=self._values.get(queue, {}))
+
+    def _count(self, job: Job, sign: int) -> None:
+        """Keep the ordering-key and quota-field counts of a live entry's job."""
+        key = job.ordering_key
+        if key is not None:
+            counts = self._keys.setdefault(job.queue, {})
+            n = counts.get(key, 0) + sign
+            if n > 0:
+                counts[key] = n
+            else:
+                counts.pop(key, None)
+        path = self._fields.get(job.queue)
+        if path is not None and not job.critical:
+            values = self._values.setdefault(job.queue, {})
+            value = field_value(job.data, path)
+            weight = values.get(value, 0) + sign * job.weight
+            if weight > 0:
+                values[value] = weight
+            else:
+                values.pop(value, None)
 
     def running(self, queue: str) -> list[Job]:
         """The queue's jobs that still hold capacity (no outcome yet)."""
@@ -221,6 +278,38 @@ class Batch(Mapping[tuple[str, str], Entry]):
                            for n, (k, e) in enumerate(self._entries.items())
                            if e.deadline is not None and e.outcome is None]
         heapq.heapify(self._deadlines)
+
+
+class LazyJobs(Sequence[Job]):
+    """A list of jobs made on first use (a throttler's ``ctx.running``: the
+    built-in one never reads it, so a tick does not list every running job)."""
+
+    __slots__ = ("_jobs", "_make")
+
+    def __init__(self, make: Callable[[], list[Job]]) -> None:
+        self._make: Callable[[], list[Job]] | None = make
+        self._jobs: list[Job] = []
+
+    def _list(self) -> list[Job]:
+        if self._make is not None:
+            self._jobs, self._make = self._make(), None
+        return self._jobs
+
+    @overload
+    def __getitem__(self, index: int) -> Job: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Job]: ...
+    def __getitem__(self, index: int | slice) -> Job | list[Job]:
+        return self._list()[index]
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self._list())
+
+    def __repr__(self) -> str:
+        return repr(self._list())
 
 
 @dataclass(frozen=True, slots=True)

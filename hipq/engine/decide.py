@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,7 +33,7 @@ from hipq.retry import RetryFn, decide
 from hipq.spec import QueueSpec
 from hipq.store.records import Change, ChangeKind, InboxOutcome, InboxRow
 from hipq.targets.base import Completed, LaunchOutcome
-from hipq.throttling import DEFAULT_GROUP, QuotaPlan
+from hipq.throttling import DEFAULT_GROUP, QuotaPlan, RunningUsage
 
 _SUCCEEDED, _CANCELLED = JobState.SUCCEEDED.value, JobState.CANCELLED.value  # plain str
 
@@ -59,35 +59,19 @@ def _free(capacity: int | None, used: int, limit: int) -> int:
     return max(min(capacity - used, limit), 0)
 
 
-@dataclass(frozen=True, slots=True)
-class Used:
-    """What a queue's running jobs hold: weight units (normal and critical pools),
-    and the jobs themselves, listed only where quotas need their groups."""
-
-    normal: int
-    critical: int
-    running: Callable[[], Sequence[Job]]
-
-    @classmethod
-    def of(cls, running: Sequence[Job]) -> Used:
-        return cls(normal=sum(j.weight for j in running if not j.critical),
-                   critical=sum(j.weight for j in running if j.critical),
-                   running=lambda: running)
-
-
-def plan_fetch(spec: QueueSpec, used: Used, limit: int) -> list[Fetch]:
+def plan_fetch(spec: QueueSpec, used: RunningUsage, limit: int) -> list[Fetch]:
     """Due candidates bounded by what could launch: free capacity (per quota group
     when the queue has quotas), plus critical jobs, plus the oldest due jobs when
     aging may promote them. Results are merged in this order."""
-    normal_free = _free(spec.concurrency, used.normal, limit)
-    critical_free = _free(spec.critical_concurrency, used.critical, limit)
+    normal_free = _free(spec.concurrency, used.normal_weight, limit)
+    critical_free = _free(spec.critical_concurrency, used.critical_weight, limit)
     # with a per-group rate limit, the first jobs in order may all belong to groups
     # out of budget: look further so they do not hide the other groups
     wide = limit if spec.rate_limit is not None and spec.rate_limit.by else 0
     plan: list[Fetch] = []
     if normal_free > 0:
         if spec.quotas is not None and spec.concurrency is not None:
-            plan.extend(_group_fetches(spec, used.running(), normal_free, wide))
+            plan.extend(_group_fetches(spec, used, normal_free, wide))
         else:
             plan.append(Fetch(limit=max(normal_free, wide)))
         if spec.aging_seconds and spec.ordering is Ordering.PRIORITY_THEN_TIME:
@@ -97,13 +81,14 @@ def plan_fetch(spec: QueueSpec, used: Used, limit: int) -> list[Fetch]:
     return plan
 
 
-def _group_fetches(spec: QueueSpec, running: Sequence[Job], free: int,
+def _group_fetches(spec: QueueSpec, used: RunningUsage, free: int,
                    wide: int) -> list[Fetch]:
     """One fetch per quota group that has room (every group may borrow when the
     queue lends unused quota), so one group's backlog never hides the others."""
     assert spec.quotas is not None
     assert spec.concurrency is not None
-    plan = QuotaPlan.of(spec.quotas, spec.concurrency, [j for j in running if not j.critical])
+    assert used.field_path == spec.quotas.field, "usage by another field than the quotas'"
+    plan = QuotaPlan.of_values(spec.quotas, spec.concurrency, used.field_weights)
     listed = tuple(sorted(spec.quotas.shares))
     out = []
     for group in [*listed, DEFAULT_GROUP]:

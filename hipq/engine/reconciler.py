@@ -43,15 +43,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from hipq.clock import Clock
 from hipq.config import ReconcileConfig, ResponsesConfig
-from hipq.engine.batch import Batch, Counters, Entry, ReconcileResult
+from hipq.engine.batch import Batch, Counters, Entry, LazyJobs, ReconcileResult
 from hipq.engine.decide import (
     Fetch,
-    Used,
     change_for,
     drop_ends,
     outcome_from_launch,
@@ -263,7 +262,6 @@ class Reconciler:
         counters.add("fetched", len(candidates))
         if not candidates:
             return None
-        running = self.batch.running(spec.id)
         candidates = await self._expire(spec.id, candidates, now, counters)
         recent: dict[str, list[datetime]] = {}
         if spec.rate_limit is not None:
@@ -271,12 +269,17 @@ class Reconciler:
             recent = await self.store.launch_events_recent(queue=spec.id, since=since)
             for group, times in self.rates.extra(spec.id, since, now).items():
                 recent.setdefault(group, []).extend(times)
-        seen = candidates
+        batch, queue = self.batch, spec.id
+        usage = batch.usage(queue, spec.quotas.field if spec.quotas is not None else None)
+        seen: Sequence[Job] = candidates
+        running = LazyJobs(lambda: batch.running(queue))
         if spec.custom_throttler:  # a plugin gets deep copies; the built-in one only reads
             seen = [j.snapshot() for j in candidates]
-            running = [j.snapshot() for j in running]
+            running = LazyJobs(lambda: [j.snapshot() for j in batch.running(queue)])
+            usage = replace(usage, ordering_keys=frozenset(usage.ordering_keys),
+                            field_weights=dict(usage.field_weights))
         ctx = ThrottleContext(queue=spec, candidates=seen, running=running, now=now,
-                              recent_launches=recent)
+                              recent_launches=recent, usage=usage)
         try:
             decision = runtime.throttler.select(ctx)
         except Exception:
@@ -293,9 +296,7 @@ class Reconciler:
     async def _fetch(self, runtime: QueueRuntime, now: datetime) -> list[Job]:
         spec = runtime.spec
         batch = self.batch
-        used = Used(normal=batch.running_weight(spec.id, critical=False),
-                    critical=batch.running_weight(spec.id, critical=True),
-                    running=lambda: batch.running(spec.id))
+        used = batch.usage(spec.id, spec.quotas.field if spec.quotas is not None else None)
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
             return asyncio.ensure_future(self.store.job_fetch_due(

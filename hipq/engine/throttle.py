@@ -37,16 +37,14 @@ class _Tick:
     """The mutable state of one selection."""
 
     def __init__(self, ctx: ThrottleContext) -> None:
-        queue, running = ctx.queue, ctx.running
-        normal_running = [j for j in running if not j.critical]
-        self.normal = CapacityPool.of(queue.concurrency, normal_running)
-        self.critical = CapacityPool.of(queue.critical_concurrency,
-                                        (j for j in running if j.critical))
-        self.quotas = (QuotaPlan.of(queue.quotas, queue.concurrency, normal_running)
+        queue, usage = ctx.queue, ctx.running_usage()  # sums: O(1) in the running jobs
+        self.normal = CapacityPool(queue.concurrency, usage.normal_weight)
+        self.critical = CapacityPool(queue.critical_concurrency, usage.critical_weight)
+        self.quotas = (QuotaPlan.of_values(queue.quotas, queue.concurrency, usage.field_weights)
                        if queue.quotas is not None and queue.concurrency is not None else None)
         self.rate = (RateBudget.of(queue.rate_limit, ctx.recent_launches, ctx.now)
                      if queue.rate_limit is not None else None)
-        self.keys = OrderingKeys.of(running)
+        self.keys = OrderingKeys(usage.ordering_keys)
         self.launch: list[Job] = []
         self.normal_blocked = False
         self.blocked_groups: set[str] = set()

@@ -8,6 +8,7 @@ happen in order; this part keeps a tick from launching two jobs of one key.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from hipq.jobs import Job
@@ -15,15 +16,20 @@ from hipq.jobs import Job
 
 @dataclass(slots=True)
 class OrderingKeys:
-    busy: set[str] = field(default_factory=set)
+    """``running``: the keys with a running job (read, never changed: it may be
+    the engine's own live set); ``taken``: the keys chosen in this selection."""
+
+    running: AbstractSet[str] = frozenset()
+    taken: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, running: Iterable[Job]) -> OrderingKeys:
-        return cls(busy={j.ordering_key for j in running if j.ordering_key is not None})
+        return cls(running={j.ordering_key for j in running if j.ordering_key is not None})
 
     def free(self, job: Job) -> bool:
-        return job.ordering_key is None or job.ordering_key not in self.busy
+        key = job.ordering_key
+        return key is None or (key not in self.running and key not in self.taken)
 
     def take(self, job: Job) -> None:
         if job.ordering_key is not None:
-            self.busy.add(job.ordering_key)
+            self.taken.add(job.ordering_key)

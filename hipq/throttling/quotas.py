@@ -51,14 +51,28 @@ class QuotaPlan:
 
     @classmethod
     def of(cls, quotas: QuotaSpec, concurrency: int, running: Iterable[Job]) -> QuotaPlan:
+        plan = cls.empty(quotas, concurrency)
+        for job in running:
+            plan.add(plan.group(job), job.weight)
+        return plan
+
+    @classmethod
+    def of_values(cls, quotas: QuotaSpec, concurrency: int,
+                  weights: Mapping[str | None, int]) -> QuotaPlan:
+        """From the weight of running normal jobs per value of ``quotas.field``."""
+        plan = cls.empty(quotas, concurrency)
+        for value, weight in weights.items():
+            plan.add(value if value is not None and value in plan.caps else DEFAULT_GROUP,
+                     weight)
+        return plan
+
+    @classmethod
+    def empty(cls, quotas: QuotaSpec, concurrency: int) -> QuotaPlan:
         caps = {group: math.floor(share * concurrency) for group, share in quotas.shares.items()}
         default = quotas.default
         caps[DEFAULT_GROUP] = (math.floor(default * concurrency) if default is not None
                                else max(concurrency - sum(caps.values()), 0))
-        plan = cls(field_path=quotas.field, caps=caps, lend_unused=quotas.lend_unused)
-        for job in running:
-            plan.add(plan.group(job), job.weight)
-        return plan
+        return cls(field_path=quotas.field, caps=caps, lend_unused=quotas.lend_unused)
 
     def group(self, job: Job) -> str:
         return group_of(job.data, self.field_path, self.caps)

@@ -70,3 +70,34 @@ async def test_an_idle_tick_does_not_grow_with_the_running_set(
     assert result.responses_applied == 1
     assert result.finished == 1
     assert [c for c in recording.calls if c[1] > SMALL] == []
+
+
+@pytest.mark.slow
+async def test_a_tick_with_a_new_job_does_not_list_the_running_jobs(
+        store: Store, clock: FakeClock, target: MemoryTarget,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The built-in throttler and the fetch plan read the batch's kept sums
+    (weights, ordering keys, quota field values), not the running jobs."""
+    hipq = Hipq(store, clock=clock)
+    await hipq.create_queue(queue(concurrency=RUNNING + 10, quotas={
+        "field": "region", "shares": {"east": 0.5, "west": 0.5}}))
+    await hipq.enqueue_many("q", [
+        (f"j{i}", EnqueueRequest(data={"region": "east" if i % 2 else "west"},
+                                 ordering_key=f"k{i}")) for i in range(RUNNING)])
+    reconciler = Reconciler(store, clock=clock, owner="o1",
+                            targets=Targets(memory={"t": target}))
+    while len(reconciler.batch) < RUNNING:
+        await tick(reconciler)
+
+    def listed(queue: str) -> list[Any]:
+        raise AssertionError(f"the running jobs of {queue} were listed")
+
+    monkeypatch.setattr(reconciler.batch, "running", listed)
+    await hipq.enqueue_many("q", [("east-1", EnqueueRequest(data={"region": "east"})),
+                                  ("key-1", EnqueueRequest(ordering_key="k1")),
+                                  ("west-1", EnqueueRequest(data={"region": "west"}))])
+    clock.advance(1)
+    result = await tick(reconciler)
+    # east and west each hold 1,500 of their 1,505 units; key k1 is busy
+    assert sorted(j.id for j in target.launched[RUNNING:]) == ["east-1", "west-1"]
+    assert result.launched == 2

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from hipq.engine.batch import Entry
 from hipq.engine.decide import (
     Fetch,
-    Used,
     change_for,
     drop_ends,
     extended_deadline,
@@ -20,7 +19,7 @@ from hipq.engine.decide import (
     unique_jobs,
 )
 from hipq.jobs import DeliveryStrategy, ErrorKind, Job, JobError, JobState, Ordering
-from hipq.plugins import GiveUp, Retry, RetryContext, ThrottleResult
+from hipq.plugins import GiveUp, Retry, RetryContext, RunningUsage, ThrottleResult
 from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
 from hipq.store.records import ChangeKind, InboxOutcome, InboxRow
 from hipq.targets.base import Completed
@@ -45,20 +44,20 @@ def row(**fields: object) -> InboxRow:
 def test_plan_is_bounded_by_free_capacity() -> None:
     spec = QueueSpec(id="q", concurrency=5, critical_concurrency=2)
     running = [job("a", weight=2), job("b", critical=True)]
-    assert plan_fetch(spec, Used.of(running), 100) == [Fetch(limit=3),
-                                              Fetch(limit=1, critical_only=True)]
+    assert plan_fetch(spec, RunningUsage.of(running), 100) == [Fetch(limit=3),
+                                                      Fetch(limit=1, critical_only=True)]
 
 
 def test_plan_without_room_fetches_nothing() -> None:
     spec = QueueSpec(id="q", concurrency=1, critical_concurrency=0)
-    assert plan_fetch(spec, Used.of([job("a")]), 100) == []
+    assert plan_fetch(spec, RunningUsage.of([job("a")]), 100) == []
 
 
 def test_plan_fetches_each_quota_group_with_room() -> None:
     spec = QueueSpec(id="q", concurrency=10, critical_concurrency=0,
                      quotas=QuotaSpec(field="region", shares={"east": 0.5, "west": 0.3}))
     running = [job(f"e{i}", data={"region": "east"}) for i in range(5)]
-    assert plan_fetch(spec, Used.of(running), 100) == [
+    assert plan_fetch(spec, RunningUsage.of(running, "region"), 100) == [
         Fetch(limit=3, group="west"),
         Fetch(limit=2, default_group_excluding=("east", "west"))]
 
@@ -67,7 +66,7 @@ def test_plan_looks_wider_with_a_rate_limit_per_group_and_older_jobs_with_aging(
     spec = QueueSpec(id="q", concurrency=2, critical_concurrency=0, aging_seconds=10,
                      ordering=Ordering.PRIORITY_THEN_TIME,
                      rate_limit=RateLimitSpec(launches=1, per_seconds=60, by="tenant"))
-    assert plan_fetch(spec, Used.of([]), 50) == [
+    assert plan_fetch(spec, RunningUsage.of([]), 50) == [
         Fetch(limit=50), Fetch(limit=2, ordering=Ordering.TIME_THEN_PRIORITY)]
 
 

@@ -20,7 +20,8 @@ def test_plugin_api_exports() -> None:
     assert sorted(hipq.plugins.__all__) == sorted([
         "DEFAULT_GROUP", "CapacityPool", "GiveUp", "Job", "JobError", "OrderingKeys",
         "QueueSpec", "QuotaPlan", "QuotaSpec", "RateBudget", "RateLimitSpec", "Retry",
-        "RetryContext", "RetryStrategy", "ThrottleContext", "ThrottleResult", "Throttler",
+        "RetryContext", "RetryStrategy", "RunningUsage", "ThrottleContext", "ThrottleResult",
+        "Throttler",
         "effective_priority", "field_value", "group_of", "is_open", "load_object", "next_open",
         "windows_of",
     ])
