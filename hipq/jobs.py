@@ -177,8 +177,11 @@ class Job:
 
     def snapshot(self) -> Job:
         """A deep copy: what a plugin may look at (and scribble on) freely."""
-        return _with_copies(self, json_copy(self.data), json_copy(self.result),
-                            json_copy(self.error), json_copy(self.time_windows))
+        result, error, windows = self.result, self.error, self.time_windows
+        return _with_copies(self, json_copy(self.data),
+                            None if result is None else json_copy(result),
+                            None if error is None else json_copy(error),
+                            None if windows is None else json_copy(windows))
 
     def evolve(self, **changes: Any) -> Job:
         """A copy with ``changes`` (like :func:`dataclasses.replace`, without

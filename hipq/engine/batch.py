@@ -39,6 +39,7 @@ class Entry:
     outcome: Outcome | None = None
     inbox_ids: list[int] = field(default_factory=list)
     extended: bool = False
+    dirty: bool = False  # listed in the batch's changed entries (step 3 persists it)
 
 
 COMPACT_SLACK = 1024  # stale deadline items tolerated beyond twice the live entries
@@ -68,7 +69,7 @@ class Batch(Mapping[tuple[str, str], Entry]):
         # live entries with a deadline not yet in the heap: pushed by overdue(), so
         # the many tries that end within their first tick never touch the heap
         self._unheaped: list[Entry] = []
-        self._dirty: set[tuple[str, str]] = set()
+        self._dirty: list[Entry] = []  # (an entry whose flag was cleared is skipped)
 
     def __getitem__(self, key: tuple[str, str]) -> Entry:
         return self._entries[key]
@@ -108,7 +109,7 @@ class Batch(Mapping[tuple[str, str], Entry]):
             if entry.deadline is not None:
                 self._unheaped.append(entry)
         else:
-            self._dirty.add(key)
+            self._mark(entry)
 
     def end(self, entry: Entry, outcome: Outcome) -> None:
         """The try ended in memory; step 3 persists it."""
@@ -119,14 +120,16 @@ class Batch(Mapping[tuple[str, str], Entry]):
             if job.ordering_key is not None or job.queue in self._fields:
                 self._count(job, -1)
         entry.outcome = outcome
-        self._dirty.add((job.queue, job.id))
+        if not entry.dirty:
+            entry.dirty = True
+            self._dirty.append(entry)
 
     def extend(self, entry: Entry, deadline: datetime, inbox_id: int) -> None:
         """A heartbeat moved the deadline; step 3 persists it."""
         entry.deadline = deadline
         entry.extended = True
         entry.inbox_ids.append(inbox_id)
-        self._dirty.add(entry.job.key)
+        self._mark(entry)
         self._unheaped.append(entry)
 
     def settle(self, key: tuple[str, str], deadline: datetime | None) -> None:
@@ -138,7 +141,7 @@ class Batch(Mapping[tuple[str, str], Entry]):
         entry.inbox_ids.clear()
         entry.job = entry.job.evolve(deadline=deadline)
         if entry.outcome is None:
-            self._dirty.discard(key)
+            entry.dirty = False
 
     def remove(self, key: tuple[str, str]) -> None:
         entry = self._entries.pop(key, None)
@@ -153,11 +156,11 @@ class Batch(Mapping[tuple[str, str], Entry]):
             self._weights[slot] -= job.weight
             if job.ordering_key is not None or job.queue in self._fields:
                 self._count(job, -1)
-        self._dirty.discard(key)
+        entry.dirty = False
 
     def remove_ended(self, keys: Sequence[tuple[str, str]]) -> None:
         """:meth:`remove` for many keys (step 3's persisted changes, one call)."""
-        entries, queues, by_key, dirty = self._entries, self._queues, self._by_key, self._dirty
+        entries, queues, by_key = self._entries, self._queues, self._by_key
         for key in keys:
             entry = entries.pop(key, None)
             if entry is None:
@@ -171,7 +174,7 @@ class Batch(Mapping[tuple[str, str], Entry]):
                 self._weights[(job.queue, job.critical)] -= job.weight
                 if job.ordering_key is not None or job.queue in self._fields:
                     self._count(job, -1)
-            dirty.discard(key)
+            entry.dirty = False
 
     def drop_queue(self, queue: str) -> None:
         """The queue's lease was lost: its entries are another daemon's now."""
@@ -238,7 +241,19 @@ class Batch(Mapping[tuple[str, str], Entry]):
 
     def changed(self) -> list[Entry]:
         """Entries that ended or were extended since they were last persisted."""
-        return [self._entries[k] for k in self._dirty]
+        live: list[Entry] = []
+        seen: set[int] = set()  # cleared and marked again: listed twice
+        for entry in self._dirty:
+            if entry.dirty and id(entry) not in seen:
+                seen.add(id(entry))
+                live.append(entry)
+        self._dirty = live
+        return list(live)
+
+    def _mark(self, entry: Entry) -> None:
+        if not entry.dirty:
+            entry.dirty = True
+            self._dirty.append(entry)
 
     def overdue(self, now: datetime) -> list[Entry]:
         """Live entries whose deadline is at or before ``now`` (each once)."""

@@ -42,6 +42,7 @@ from hipq.targets import ACCEPTED, Accepted, LaunchOutcome, Target
 log = logging.getLogger(__name__)
 
 RECORD_RETRY_SECONDS = 0.5
+_UNKNOWN: Any = object()  # not looked up yet
 
 
 @dataclass(slots=True)
@@ -62,6 +63,7 @@ class Launcher:
         self.on_answered = on_answered  # each launch, when its send finished
         self.concurrency = concurrency
         self._pending: deque[tuple[Target, Job]] = deque()
+        self._dispatch: dict[Target, Any] = {}  # target -> its dispatch method, or None
         self._workers = 0
         self._inflight: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Future[Any]] = set()  # dispatched, not yet answered
@@ -92,7 +94,9 @@ class Launcher:
         try:
             while self._pending:
                 target, job = self._pending.popleft()
-                dispatch = getattr(target, "dispatch", None)
+                dispatch = self._dispatch.get(target, _UNKNOWN)
+                if dispatch is _UNKNOWN:  # looked up once per target
+                    dispatch = self._dispatch[target] = getattr(target, "dispatch", None)
                 if dispatch is None:
                     self._record(await launch_one(target, job))
                     continue
