@@ -21,6 +21,7 @@ import asyncio
 import bisect
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -146,7 +147,7 @@ class Metrics:
         # the distinct (queue, run_at, launched_at) in C, then do the arithmetic per key
         delays: dict[str, list[tuple[float, int]]] = {}
         for (queue, run_at, launched_at), n in Tally(
-                (j.queue, j.run_at, j.launched_at) for j in result.launched_jobs).items():
+                map(_LAUNCH_KEY, result.launched_jobs)).items():
             delay = 0.0 if launched_at is None else (launched_at - run_at).total_seconds()
             delays.setdefault(queue, []).append((max(delay, 0.0), n))
         for queue, values in delays.items():
@@ -177,19 +178,20 @@ class Metrics:
 
 def _outcomes(result: ReconcileResult) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
-    kinds: dict[tuple[str, bool, str | None, str | None], int] = {}
-    extend, requeue = ChangeKind.EXTEND, ChangeKind.REQUEUE
-    for c in result.ended:  # identity tests: an enum member's hash is Python code
-        kind = c.kind
-        if kind is not extend:
-            key = (c.queue, kind is requeue, c.status, c.outcome)
-            kinds[key] = kinds.get(key, 0) + 1
-    for (queue, requeued, status, error), n in kinds.items():
+    extend, requeue = ChangeKind.EXTEND.value, ChangeKind.REQUEUE.value
+    for (queue, kind, status, error), n in Tally(map(_ENDED_KEY, result.ended)).items():
+        if kind == extend:
+            continue
         outcome = _BY_ERROR.get(error or "")
         if outcome is None:
-            outcome = "retried" if requeued else status or "failed"
+            outcome = "retried" if kind == requeue else status or "failed"
         out[(queue, outcome)] = out.get((queue, outcome), 0) + n
     for queue, n in result.expired_by_queue.items():
         out[(queue, "expired")] = out.get((queue, "expired"), 0) + n
     return out
+
+
+# counted in C (map, attrgetter, Counter): no Python per ended or launched job
+_ENDED_KEY = attrgetter("queue", "kind._value_", "status", "outcome")
+_LAUNCH_KEY = attrgetter("queue", "run_at", "launched_at")
 
