@@ -171,7 +171,7 @@ class Hipq:
         for index, job in merging:  # one by one, in order: payloads accumulate in order
             results[index] = await self.store.job_merge(job)
             inserted.append(results[index])
-        created = sum(o.status is InsertStatus.CREATED for o in inserted)
+        created = [o.status for o in inserted].count(InsertStatus.CREATED)
         if created:
             self._wake()
             if self.on_enqueued is not None:

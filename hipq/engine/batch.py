@@ -70,12 +70,14 @@ class Batch(Mapping[tuple[str, str], Entry]):
         # the many tries that end within their first tick never touch the heap
         self._unheaped: list[Entry] = []
         self._dirty: list[Entry] = []  # (an entry whose flag was cleared is skipped)
+        # the dict's own get, not a Python method: called once per launched job
+        self.get = self._entries.get  # type: ignore[method-assign,assignment]
 
     def __getitem__(self, key: tuple[str, str]) -> Entry:
         return self._entries[key]
 
-    def get(self, key: tuple[str, str], default: Any = None) -> Any:  # no KeyError round
-        return self._entries.get(key, default)
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:
+        return self._entries.get(key, default)  # (shadowed per instance: see __init__)
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries

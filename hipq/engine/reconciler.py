@@ -397,8 +397,12 @@ class Reconciler:
             if not ids:
                 continue
             jobs = await self._claim(selection, ids, now)
-            for job in jobs:
-                self._add(Entry(job=job, deadline=job.deadline))
+            add, watch = self.batch.add, self.inbox.watch
+            for job in jobs:  # self._add, inline: once per launched job
+                entry = Entry(job=job, deadline=job.deadline)
+                add(entry)
+                if job.correlation_fixed:
+                    watch(entry)
             launched.extend(jobs)
         return launched
 

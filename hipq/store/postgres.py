@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -67,6 +67,7 @@ _claimed = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "la
 _END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "outcome",
                      "response")
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
 _INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
                   "statuses": "status", "retryables": "retryable", "results": "result",
                   "errors": "error", "extend_seconds": "extend_seconds", "sources": "source",
@@ -252,7 +253,7 @@ class PostgresStore(SQLAlchemyStore):
         applied: set[JobKey] = set()
         async with self._driver(transaction=len(calls) > 1) as db:
             for sql, args in calls:
-                applied.update((r["queue"], r["id"]) for r in await db.fetch(sql, *args))
+                applied.update(map(_QUEUE_AND_ID, await db.fetch(sql, *args)))
         return applied
 
     # -- the response inbox ----------------------------------------------------------------
