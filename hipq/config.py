@@ -14,9 +14,17 @@ import zoneinfo
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 
 from hipq.errors import ConfigError
@@ -54,9 +62,17 @@ class PythonTarget(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+def _http_url(url: str) -> str:
+    """An absolute http(s) URL with a host (``{queue}`` and ``{id}`` may appear)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an absolute http:// or https:// URL with a host")
+    return url
+
+
 class HttpTarget(_Strict):
     kind: Literal["http"]
-    url: str
+    url: Annotated[str, Field(max_length=2000), AfterValidator(_http_url)]
     mode: Literal["callback", "sync"] = "callback"
     timeout_seconds: float = Field(default=30.0, gt=0, le=MAX_SECONDS)
     headers: dict[str, str] = Field(default_factory=dict)

@@ -12,6 +12,7 @@ never earlier, and by at most :data:`MAX_RETRY_AFTER_SECONDS`.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -93,12 +94,39 @@ def build_retry(config: RetryConfig) -> RetryFn:
     if cls is None:
         raise ConfigError(f"unknown retry strategy {name!r} "
                           f"(built-ins: {', '.join(sorted(BUILTIN_STRATEGIES))})")
-    try:
-        strategy = cls(**options)
-    except TypeError as exc:
-        raise ConfigError(f"retry strategy {name!r}: bad options "  # names only: may be secret
-                          f"({', '.join(map(str, options)) or 'none'}): {exc}") from None
+    _check_options(name, options)
+    strategy = cls(**options)
     return strategy.decide  # type: ignore[no-any-return]
+
+
+# what a config may set on each built-in strategy: option -> (type, smallest value)
+_OPTIONS: Mapping[str, Mapping[str, tuple[type, float]]] = {
+    "exponential": {"base_seconds": (float, 0.0), "factor": (float, 1.0),
+                    "max_seconds": (float, 0.0), "jitter": (bool, 0.0)},
+    "fixed": {"delay_seconds": (float, 0.0)},
+    "none": {},
+    "lowkiq": {},
+}
+MAX_OPTION_SECONDS = 10 * 365 * 86400.0  # bounds every number (no overflow later)
+
+
+def _check_options(name: str, options: Mapping[str, Any]) -> None:
+    """``ConfigError`` naming the first bad option (names only: a value may be secret)."""
+    allowed = _OPTIONS[name]
+    for option, value in options.items():
+        kind = allowed.get(str(option))
+        if kind is None:
+            raise ConfigError(f"retry strategy {name!r}: unknown option {str(option)[:100]!r} "
+                              f"(it takes {', '.join(allowed) or 'none'})")
+        expected, least = kind
+        if expected is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"retry strategy {name!r}: {option} must be true or false")
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or not least <= value <= MAX_OPTION_SECONDS):
+            raise ConfigError(f"retry strategy {name!r}: {option} must be a number from "
+                              f"{least:g} to {MAX_OPTION_SECONDS:g}")
 
 
 _FALLBACK = Exponential()

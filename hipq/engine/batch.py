@@ -39,7 +39,8 @@ class Entry:
     outcome: Outcome | None = None
     inbox_ids: list[int] = field(default_factory=list)
     extended: bool = False
-    dirty: bool = False  # listed in the batch's changed entries (step 3 persists it)
+    dirty: bool = False  # changed since last persisted (step 3 persists it)
+    listed: bool = False  # in the batch's list of changed entries
 
 
 COMPACT_SLACK = 1024  # stale deadline items tolerated beyond twice the live entries
@@ -122,8 +123,9 @@ class Batch(Mapping[tuple[str, str], Entry]):
             if job.ordering_key is not None or job.queue in self._fields:
                 self._count(job, -1)
         entry.outcome = outcome
-        if not entry.dirty:
-            entry.dirty = True
+        entry.dirty = True
+        if not entry.listed:
+            entry.listed = True
             self._dirty.append(entry)
 
     def extend(self, entry: Entry, deadline: datetime, inbox_id: int) -> None:
@@ -244,17 +246,18 @@ class Batch(Mapping[tuple[str, str], Entry]):
     def changed(self) -> list[Entry]:
         """Entries that ended or were extended since they were last persisted."""
         live: list[Entry] = []
-        seen: set[int] = set()  # cleared and marked again: listed twice
         for entry in self._dirty:
-            if entry.dirty and id(entry) not in seen:
-                seen.add(id(entry))
+            if entry.dirty:
                 live.append(entry)
+            else:  # persisted or gone since: off the list
+                entry.listed = False
         self._dirty = live
         return list(live)
 
     def _mark(self, entry: Entry) -> None:
-        if not entry.dirty:
-            entry.dirty = True
+        entry.dirty = True
+        if not entry.listed:
+            entry.listed = True
             self._dirty.append(entry)
 
     def overdue(self, now: datetime) -> list[Entry]:

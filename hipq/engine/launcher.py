@@ -79,7 +79,7 @@ class Launcher:
         (one worker task per slot, not one task per job)."""
         self._pending.extend(launches)
         unrecorded = self._unrecorded
-        for queue, n in Counter(job.queue for _, job in launches).items():
+        for queue, n in Counter([job.queue for _, job in launches]).items():
             unrecorded[queue] = unrecorded.get(queue, 0) + n
         while self._workers < self.concurrency and self._workers < len(self._pending):
             self._workers += 1
@@ -128,7 +128,12 @@ class Launcher:
                 asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
             return
         self._outcomes.append(result)
-        self._recorded(result.job.queue)
+        queue, unrecorded = result.job.queue, self._unrecorded  # _recorded(queue), inline
+        left = unrecorded.get(queue, 0) - 1
+        if left > 0:
+            unrecorded[queue] = left
+        else:
+            unrecorded.pop(queue, None)
         if len(self._outcomes) == 1 and self.on_wake is not None:
             self.on_wake()
 

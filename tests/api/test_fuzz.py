@@ -170,7 +170,7 @@ def test_queue_bodies(api_url: str) -> None:
 def test_queue_body_mangle_keeps_the_id(api_url: str) -> None:
     """The input test_queue_bodies failed on: mangle 1 renamed queue "q950" to
     "q951e400", hipq created that one (201) and the fuzz looked for "q950"."""
-    fields = {"retry": {}, "target": {"kind": "http", "url": ""}}
+    fields = {"retry": {}, "target": {"kind": "http", "url": "http://example.test/x"}}
     answer = send(api_url, "POST", "/v1/jobs", encode({"id": "q950", **fields}, 1), None)
     assert (answer.status_code, answer.json()["id"]) == (201, "q951e400")
     assert exists(api_url, "/v1/jobs/q951e400")

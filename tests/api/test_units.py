@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError
@@ -60,5 +61,8 @@ def test_url_template_quotes_ids() -> None:
     now = FakeClock().now()
     job = Job(id="a:b.c", queue="q-1", run_at=now, created_at=now, updated_at=now)
     assert target.url_for(job) == "http://x/v1/q-1/a%3Ab.c"
-    with pytest.raises(ConfigError):
-        HttpTarget(HttpTargetConfig(kind="http", url="ftp://x"), None)
+    for url in ("ftp://x", "", "http://", "x/y", "http:///path"):
+        with pytest.raises(PydanticValidationError, match="absolute http"):
+            HttpTargetConfig(kind="http", url=url)
+    with pytest.raises(ConfigError):  # a config built around the checks still fails
+        HttpTarget(HttpTargetConfig.model_construct(kind="http", url="ftp://x"), None)

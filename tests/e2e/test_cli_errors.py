@@ -55,7 +55,7 @@ SQLITE = "database:\n  url: sqlite+aiosqlite:///{db}\n"
          "function: 'hipq.contrib.example_targets:nope'}\n",
          ["queues[0] (q)", "has no attribute 'nope'"]),
         ("queues:\n  - id: q\n    retry: {strategy: fixed, delay: 3}\n",
-         ["retry strategy 'fixed': bad options"]),
+         ["retry strategy 'fixed': unknown option 'delay'"]),
     ],
 )
 def test_bad_config_exits_with_one_paragraph(tmp_path: Path, command: str, config: str,

@@ -83,3 +83,37 @@ def test_a_non_loopback_host_needs_tokens_or_allow_insecure(
     assert len(caplog.records) == 2
     assert "without tokens" in caplog.records[0].getMessage()
     assert "TLS" in caplog.records[1].getMessage()
+
+
+@pytest.mark.parametrize(("retry", "needle"), [
+    ({"strategy": "exponential", "base_seconds": "x"}, "base_seconds must be a number"),
+    ({"strategy": "exponential", "factor": 0.5}, "factor must be a number from 1"),
+    ({"strategy": "exponential", "max_seconds": 1e300}, "max_seconds must be a number"),
+    ({"strategy": "exponential", "jitter": "yes"}, "jitter must be true or false"),
+    ({"strategy": "exponential", "rng": "os:system"}, "unknown option 'rng'"),
+    ({"strategy": "fixed", "delay_seconds": -1}, "delay_seconds must be a number from 0"),
+    ({"strategy": "fixed", "delay_seconds": True}, "delay_seconds must be a number"),
+    ({"strategy": "none", "delay_seconds": 1}, "unknown option 'delay_seconds'"),
+])
+def test_built_in_retry_options_are_checked_when_the_queue_is_made(
+        retry: dict[str, object], needle: str) -> None:
+    """A bad option fails at creation (and names the option, never its value), not
+    at the first retry."""
+    from hipq.retry import build_retry
+
+    config = QueueConfig.model_validate({"id": "q", "target": {"kind": "memory", "name": "t"},
+                                         "retry": retry})
+    with pytest.raises(ConfigError, match=needle):
+        build_retry(config.retry)
+
+
+def test_good_built_in_retry_options_pass() -> None:
+    from hipq.retry import build_retry
+
+    for retry in ({"strategy": "exponential", "base_seconds": 2, "factor": 3.5,
+                   "max_seconds": 600, "jitter": False},
+                  {"strategy": "fixed", "options": {"delay_seconds": 0.5}},
+                  {"strategy": "lowkiq"}, {}):
+        config = QueueConfig.model_validate({"id": "q", "retry": retry,
+                                             "target": {"kind": "memory", "name": "t"}})
+        assert callable(build_retry(config.retry))
