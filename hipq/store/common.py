@@ -246,12 +246,16 @@ class SQLAlchemyStore(abc.ABC):
     # -- enqueue -----------------------------------------------------------------------
 
     async def job_insert_many(self, new_jobs: Sequence[Job]) -> list[InsertOutcome]:
+        keys = [(job.queue, job.id) for job in new_jobs]
+        if len(set(keys)) == len(keys):  # the usual batch: every (queue, id) once
+            outcomes = await self._insert_jobs(new_jobs)
+            return [outcomes[key] for key in keys]
         firsts: dict[JobKey, Job] = {}
-        for job in new_jobs:
-            firsts.setdefault(job.key, job)
+        for key, job in zip(keys, new_jobs, strict=True):
+            firsts.setdefault(key, job)
         outcomes = await self._insert_jobs(list(firsts.values()))
-        return [outcomes[job.key] if firsts[job.key] is job
-                else repeat_outcome(job, outcomes[job.key]) for job in new_jobs]
+        return [outcomes[key] if firsts[key] is job else repeat_outcome(job, outcomes[key])
+                for key, job in zip(keys, new_jobs, strict=True)]
 
     @abc.abstractmethod
     async def _insert_jobs(self, jobs: Sequence[Job]) -> dict[JobKey, InsertOutcome]:

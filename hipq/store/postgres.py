@@ -54,7 +54,6 @@ from hipq.store.rows import (
     insert_outcome,
     job_from_row,
     jobs_from_rows,
-    unique_jobs,
 )
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,7 @@ class PostgresStore(SQLAlchemyStore):
         job is the rare case; it fails the statement, which then runs guarded); an
         id already archived is not inserted (it is answered as a repeat of the
         archived job). When every row went in, nothing is looked up."""
-        unique = unique_jobs(chunk)
+        unique = chunk  # distinct (queue, id): the caller's contract
         insert = pgsql.insert_jobs(unique)
         try:
             rows = await db.fetch(insert.plain, *insert.params)
@@ -150,7 +149,8 @@ class PostgresStore(SQLAlchemyStore):
             rows = await db.fetch(insert.guarded, *insert.params)
         if len(rows) == len(unique):  # the common case: no lookups, no per-row checks
             created = InsertStatus.CREATED
-            return {job.key: InsertOutcome(id=job.id, status=created, job=job) for job in unique}
+            return {(job.queue, job.id): InsertOutcome(id=job.id, status=created, job=job)
+                    for job in unique}
         inserted = {(r["queue"], r["id"]) for r in rows}
         missing: dict[str, list[str]] = {}
         for job in unique:

@@ -81,11 +81,6 @@ def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield items[start:start + size]
 
 
-def unique_jobs(jobs: Sequence[Job]) -> list[Job]:
-    """The last job of each (queue, id), in first-seen order."""
-    return list({job.key: job for job in jobs}.values())
-
-
 def insert_outcome(job: Job, inserted: set[tuple[str, str]],
                    existing: Mapping[tuple[str, str], Job]) -> InsertOutcome:
     """How an enqueued job fared: inserted, or judged against the job stored under

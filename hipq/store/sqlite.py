@@ -38,7 +38,6 @@ from hipq.store.rows import (
     insert_outcome,
     job_from_row,
     job_values,
-    unique_jobs,
 )
 
 
@@ -60,7 +59,7 @@ class SQLiteStore(SQLAlchemyStore):
 
     async def _insert_chunk(self, conn: AsyncConnection,
                             chunk: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
-        unique = unique_jobs(chunk)
+        unique = chunk  # distinct (queue, id): the caller's contract
         stmt = (self._insert(s.jobs).on_conflict_do_nothing()
                 .returning(s.jobs.c.queue, s.jobs.c.id))
         rows = await conn.execute(stmt, [job_values(job) for job in unique])
