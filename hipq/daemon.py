@@ -276,10 +276,15 @@ class Daemon:
 
     def _work_arrived(self) -> None:
         """An enqueue or a response reached this daemon: its queue may be ours or
-        another daemon's; wake both."""
+        another daemon's; wake both (the others only when there are: a daemon alone
+        sends no NOTIFY; one that joins is seen at the next heartbeat)."""
         self.wake()
-        if self.notifier is not None:
+        if self.notifier is not None and self._others_live():
             self.notifier.notify(WAKE)
+
+    def _others_live(self) -> bool:
+        opened = self._opened
+        return opened is None or len(opened.reconciler.leases.live) > 1
 
     def wake(self) -> None:
         """Run a tick soon (debounced); safe to call often and from callbacks.

@@ -69,3 +69,41 @@ async def _is_live(cluster: Cluster, count: int) -> bool:
 
 
 
+
+
+async def test_a_daemon_alone_sends_no_wake_notify(
+        make_cluster, downstream: Downstream) -> None:  # type: ignore[no-untyped-def]
+    """NOTIFY is for the other daemons: alone, an enqueue costs no statement for it;
+    once a second daemon is live, enqueues notify."""
+    import asyncio
+
+    import asyncpg
+
+    from hipq.store.notify import CHANNEL, WAKE
+
+    cluster = make_cluster([http_queue("q", downstream.url)], interval_seconds=5.0,
+                           lease_seconds=30.0)
+    downstream.cluster = cluster
+    heard: list[str] = []
+    listener = await asyncpg.connect(cluster.pg)
+    await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+    try:
+        first = cluster.start()
+        await cluster.wait_serving(first)
+        async with aiohttp.ClientSession() as session:
+            for n in range(5):
+                await enqueue(session, first, "q", f"alone-{n}")
+            await downstream.wait_for(5, within=15)
+            await asyncio.sleep(0.5)
+            assert WAKE not in heard, heard
+            second = cluster.start()
+            await cluster.wait_serving(second)
+            await wait_until(lambda: _is_live(cluster, 2), 10, "both daemons registered")
+            for n in range(40):  # the first daemon counts two from its next renewal
+                await enqueue(session, first, "q", f"together-{n}")
+                if WAKE in heard:
+                    break
+                await asyncio.sleep(0.5)
+            assert WAKE in heard, "no wake NOTIFY with two daemons live"
+    finally:
+        await listener.close()
