@@ -29,3 +29,10 @@ async def work(job: Any, *, log_path: str, max_sleep: float = 0.05,
     if refuse_every and n % refuse_every == 0:
         raise LaunchError(f"job {job.id} refused on purpose", kind="response_failed")
     return {"n": n, "attempt": job.attempt}
+
+
+async def accept(job: Any, **_: Any) -> Any:
+    """Sent, and answered later by a response (``tests/e2e/test_response_commit.py``)."""
+    from hipq.targets import ACCEPTED
+
+    return ACCEPTED
