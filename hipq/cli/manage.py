@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
@@ -38,10 +40,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace, settings: Settings) -> int:
+    # Ctrl-C ends --watch between two refreshes: no query is cancelled half-way (a
+    # SQLite query runs in a thread; cancelling it under load could stall the close)
+    stop = asyncio.Event()
+    if args.watch:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+
     async def show(store: Store) -> int:
         service = Hipq(store)
         clock = SystemClock()
-        while True:
+        while not stop.is_set():
             stats = await service.stats()
             if args.json:
                 counts = await service.response_counts()
@@ -54,12 +62,17 @@ async def _status(args: argparse.Namespace, settings: Settings) -> int:
                 _print(status_table(stats))
             if not args.watch:
                 return 0
-            await clock.sleep(max(args.interval, 0.1))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(args.interval, 0.1))
+        return 0
 
     try:
         return await with_store(settings, show)
     except (KeyboardInterrupt, asyncio.CancelledError):
         return 0
+    finally:
+        if args.watch:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
 
 def _stats_json(s: QueueStats) -> dict[str, Any]:
