@@ -101,11 +101,15 @@ tries AS (
     SELECT queue, id, attempt, correlation_key, launched_at, :now::timestamptz, end_outcome,
            end_error, end_response FROM ended),
 marked AS (
+    -- the ids to mark computed once (an InitPlan), then one index scan over them: a
+    -- join here let the planner (which sees one row in ended) rescan every listed id
+    -- per marked row, quadratic in the responses of a tick
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
-    FROM unnest(:inbox_ids::int8[], :inbox_queues::text[], :inbox_jobs::text[])
-        AS m(id, queue, job)
-    JOIN ended a ON a.queue = m.queue AND a.id = m.job
-    WHERE r.id = ANY(:inbox_ids::int8[]) AND r.id = m.id AND r.applied_at IS NULL)
+    WHERE r.id = ANY(ARRAY(
+        SELECT m.id FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
+                                :inbox_jobs::text[]) AS m(id, queue, job)
+        JOIN ended a ON a.queue = m.queue AND a.id = m.job))
+      AND r.applied_at IS NULL)
 SELECT queue, id FROM ended
 
 -- name: requeue
@@ -136,11 +140,15 @@ tries AS (
     SELECT queue, id, attempt, key, launched_at, :now, outcome, error::jsonb,
            response::jsonb FROM back),
 marked AS (
+    -- the ids to mark computed once (an InitPlan), then one index scan over them: a
+    -- join here let the planner (which sees one row in back) rescan every listed id
+    -- per marked row, quadratic in the responses of a tick
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
-    FROM unnest(:inbox_ids::int8[], :inbox_queues::text[], :inbox_jobs::text[])
-        AS m(id, queue, job)
-    JOIN back a ON a.queue = m.queue AND a.id = m.job
-    WHERE r.id = ANY(:inbox_ids::int8[]) AND r.id = m.id AND r.applied_at IS NULL)
+    WHERE r.id = ANY(ARRAY(
+        SELECT m.id FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
+                                :inbox_jobs::text[]) AS m(id, queue, job)
+        JOIN back a ON a.queue = m.queue AND a.id = m.job))
+      AND r.applied_at IS NULL)
 SELECT queue, id FROM back
 
 -- name: extend
@@ -156,11 +164,15 @@ pushed AS (
     FROM hit WHERE j.ctid = hit.tid AND j.ctid = ANY(ARRAY(SELECT tid FROM hit))
     RETURNING j.queue, j.id),
 marked AS (
+    -- the ids to mark computed once (an InitPlan), then one index scan over them: a
+    -- join here let the planner (which sees one row in pushed) rescan every listed id
+    -- per marked row, quadratic in the responses of a tick
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
-    FROM unnest(:inbox_ids::int8[], :inbox_queues::text[], :inbox_jobs::text[])
-        AS m(id, queue, job)
-    JOIN pushed a ON a.queue = m.queue AND a.id = m.job
-    WHERE r.id = ANY(:inbox_ids::int8[]) AND r.id = m.id AND r.applied_at IS NULL)
+    WHERE r.id = ANY(ARRAY(
+        SELECT m.id FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
+                                :inbox_jobs::text[]) AS m(id, queue, job)
+        JOIN pushed a ON a.queue = m.queue AND a.id = m.job))
+      AND r.applied_at IS NULL)
 SELECT queue, id FROM pushed
 
 -- name: inbox_insert
