@@ -17,7 +17,7 @@ from hipq.targets import Targets
 from hipq.testing import FakeClock, MemoryTarget
 from tests.engine._helpers import queue, tick
 
-RUNNING = 3000
+RUNNING = 10_000
 SMALL = 10  # no argument or answer of an idle tick may be larger than this
 
 
