@@ -247,9 +247,8 @@ class PostgresStore(SQLAlchemyStore):
         if not changes and not inbox:
             return set()
         calls = _persist_calls(changes, owner, now)
-        if inbox:
-            mark = SQL["inbox_mark"]
-            calls.append((mark.sql, mark.args(**_marks(inbox, now))))
+        mark = SQL["inbox_mark"]
+        calls.extend((mark.sql, mark.args(**values)) for values in _marks(inbox, now))
         applied: set[JobKey] = set()
         async with self._driver(transaction=len(calls) > 1) as db:
             for sql, args in calls:
@@ -275,8 +274,13 @@ class PostgresStore(SQLAlchemyStore):
 
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:
-        if marks:  # one statement: no transaction around it
-            await self._fetch("inbox_mark", **_marks(marks, now))
+        groups = _marks(marks, now)
+        if not groups:
+            return
+        mark = SQL["inbox_mark"]
+        async with self._driver(transaction=len(groups) > 1) as db:
+            for values in groups:
+                await db.execute(mark.sql, *mark.args(**values))
 
     async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
         if not keys:
@@ -296,9 +300,12 @@ async def _raw(conn: AsyncConnection) -> Any:
     return (await conn.get_raw_connection()).driver_connection
 
 
-def _marks(marks: Sequence[tuple[int, InboxOutcome]], now: datetime) -> dict[str, Any]:
-    """The values of the ``inbox_mark`` statement."""
-    return {"ids": [i for i, _ in marks], "outcomes": [str(m) for _, m in marks], "now": now}
+def _marks(marks: Sequence[tuple[int, InboxOutcome]], now: datetime) -> list[dict[str, Any]]:
+    """The values of the ``inbox_mark`` statement, one set per outcome."""
+    ids: dict[str, list[int]] = {}
+    for inbox_id, outcome in marks:
+        ids.setdefault(str(outcome), []).append(inbox_id)
+    return [{"ids": group, "outcome": outcome, "now": now} for outcome, group in ids.items()]
 
 
 def _persist_calls(changes: Sequence[Change], owner: str,

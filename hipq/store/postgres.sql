@@ -191,11 +191,10 @@ FROM unnest(:correlation_keys::text[], :attempts::int4[], :statuses::text[],
 ON CONFLICT DO NOTHING RETURNING id, dedup_key
 
 -- name: inbox_mark
--- The inbox by id (its primary key): an = ANY restriction, not a join, so the
--- planner cannot scan the whole inbox per row.
-UPDATE response_inbox r SET applied_at = :now, outcome = u.outcome
-FROM unnest(:ids::int8[], :outcomes::text[]) AS u(id, outcome)
-WHERE r.id = ANY(:ids::int8[]) AND r.id = u.id AND r.applied_at IS NULL
+-- Inbox rows of one outcome, by id (the primary key): one index scan over the ids
+-- and no join (joined to the list of ids, the planner could rescan the list per row).
+UPDATE response_inbox SET applied_at = :now, outcome = :outcome
+WHERE id = ANY(:ids::int8[]) AND applied_at IS NULL
 
 -- name: inbox_pending_for_keys
 -- Unapplied responses by correlation key (a partial index), oldest first.
