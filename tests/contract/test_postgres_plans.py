@@ -1,0 +1,112 @@
+"""Plans of the PostgreSQL driver's step-3 statements at a tick's size: every scan of
+``response_inbox`` runs once, however many responses the tick applies.
+
+A join from a list of inbox ids to a CTE fed by RETURNING (which the planner takes
+for one row) ran as a nested loop that rescanned every listed id per marked row:
+quadratic in the responses of a tick (one persist of 6,782 took 18 s). The marks now
+go through one array of ids.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from hipq.store import Change, ChangeKind, InboxOutcome, Response, Store
+from hipq.testing import FakeClock
+from tests.contract.test_store import OWNER, archive, make_job, start
+
+TICK = 1500  # responses applied in one tick
+BACKGROUND = 20_000  # responses of earlier ticks
+
+
+def _scans_of(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
+    found = [plan] if plan.get("Relation Name") == relation and "Scan" in plan["Node Type"] else []
+    for child in plan.get("Plans", []):
+        found += _scans_of(child, relation)
+    return found
+
+
+async def _explain(store: Store, sql: str, args: list[Any]) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of ``sql`` in a transaction that is rolled back."""
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        transaction = raw.transaction()
+        await transaction.start()
+        try:
+            # the plan the daemon runs: its statements are prepared once and executed
+            # every tick, so PostgreSQL soon settles on a generic plan (no values seen)
+            await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+        finally:
+            await transaction.rollback()
+    document = json.loads(text) if isinstance(text, str | bytes) else text  # (a json codec)
+    plan: dict[str, Any] = document[0]["Plan"]
+    return plan
+
+
+async def _busy_inbox(store: Store, clock: FakeClock) -> None:
+    """An inbox as a busy daemon's: many rows, most applied, and fresh statistics."""
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=f"old-{i}") for i in range(BACKGROUND)], now=clock.now())
+    await store.inbox_mark_many([(i, InboxOutcome.APPLIED) for i in ids if i is not None],
+                                now=clock.now())
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        await raw.execute("ANALYZE response_inbox")
+
+
+@pytest.mark.parametrize("kind", [ChangeKind.ARCHIVE, ChangeKind.REQUEUE, ChangeKind.EXTEND])
+async def test_marking_a_ticks_responses_scans_the_inbox_once(
+        store: Store, clock: FakeClock, kind: ChangeKind) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    from hipq.store.postgres import _persist_calls
+
+    await _busy_inbox(store, clock)
+    jobs = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(TICK)))
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=j.correlation_key or "") for j in jobs], now=clock.now())
+    now = clock.advance(5)
+    changes: list[Change] = []
+    for job, inbox_id in zip(jobs, ids, strict=True):
+        assert inbox_id is not None
+        if kind is ChangeKind.ARCHIVE:
+            changes.append(archive(job, inbox_ids=[inbox_id]))
+        else:
+            changes.append(Change(kind=kind, queue=job.queue, id=job.id, attempt=job.attempt,
+                                  status="failed", outcome="failed", run_at=now,
+                                  deadline=now + timedelta(seconds=60),
+                                  correlation_key=job.correlation_key, inbox_ids=[inbox_id]))
+    [(sql, args)] = _persist_calls(changes, OWNER, now)
+
+    scans = _scans_of(await _explain(store, sql, args), "response_inbox")
+    assert scans, "the statement does not mark the responses"
+    assert [s["Actual Loops"] for s in scans] == [1] * len(scans), scans
+    assert sum(s["Actual Rows"] for s in scans) == TICK
+
+
+async def test_marking_stale_responses_scans_the_inbox_once(store: Store,
+                                                             clock: FakeClock) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    from hipq.store.pgsql import SQL
+    from hipq.store.postgres import _marks
+
+    await _busy_inbox(store, clock)
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=f"k{i}") for i in range(TICK)], now=clock.now())
+    marks = [(i, InboxOutcome.STALE if n % 2 else InboxOutcome.DUPLICATE)
+             for n, i in enumerate(ids) if i is not None]
+    groups = _marks(marks, clock.now())
+    assert len(groups) == 2
+    for values in groups:
+        statement = SQL["inbox_mark"]
+        scans = _scans_of(await _explain(store, statement.sql, statement.args(**values)),
+                          "response_inbox")
+        assert [s["Actual Loops"] for s in scans] == [1] * len(scans), scans
