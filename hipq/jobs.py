@@ -26,15 +26,13 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
 # so no producer can take the key of another job's next try.
 GENERATED_KEY_PREFIX = "~"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
-job_id_match = _JOB_ID_RE.fullmatch  # for hot loops: is_job_id without its call
-DOT_SEGMENTS = (".", "..")
 
 
 def is_job_id(text: str) -> bool:
     """Whether ``text`` may be a job id: the pattern in full ("$" alone would also
     match before a final newline), and not ``.`` or ``..`` (path segments that
     would rewrite a target URL)."""
-    return job_id_match(text) is not None and text not in DOT_SEGMENTS
+    return _JOB_ID_RE.fullmatch(text) is not None and text not in (".", "..")
 
 
 class JobState(StrEnum):

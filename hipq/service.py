@@ -30,14 +30,13 @@ from hipq.errors import (
     ValidationError,
 )
 from hipq.jobs import (
-    DOT_SEGMENTS,
     GENERATED_KEY_PREFIX,
     Attempt,
     Job,
     JobState,
     ResponseStatus,
     expired_error,
-    job_id_match,
+    is_job_id,
 )
 from hipq.responses import correlation
 from hipq.responses.batcher import Batcher
@@ -336,7 +335,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
               now: datetime, *, token: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
     ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
-    if job_id_match(job_id) is None or job_id in DOT_SEGMENTS:  # is_job_id, inline
+    if not is_job_id(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-], and not '.' or '..'")
     weight = request.weight or config.default_weight

@@ -148,22 +148,10 @@ class Batch(Mapping[tuple[str, str], Entry]):
             entry.dirty = False
 
     def remove(self, key: tuple[str, str]) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return
-        job = entry.job
-        del self._queues[job.queue][job.id]
-        if job.correlation_key and self._by_key.get(job.correlation_key) is entry:
-            del self._by_key[job.correlation_key]
-        if entry.outcome is None:
-            slot = (job.queue, job.critical)
-            self._weights[slot] -= job.weight
-            if job.ordering_key is not None or job.queue in self._fields:
-                self._count(job, -1)
-        entry.dirty = False
+        self.remove_many((key,))
 
-    def remove_ended(self, keys: Sequence[tuple[str, str]]) -> None:
-        """:meth:`remove` for many keys (step 3's persisted changes, one call)."""
+    def remove_many(self, keys: Sequence[tuple[str, str]]) -> None:
+        """The entries leave the batch (step 3's persisted changes: one call a tick)."""
         entries, queues, by_key = self._entries, self._queues, self._by_key
         for key in keys:
             entry = entries.pop(key, None)

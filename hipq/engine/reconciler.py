@@ -384,7 +384,7 @@ class Reconciler:
                 self.batch.settle(key, change.deadline)
             else:  # ended, re-queued, or no longer ours: it leaves the batch either way
                 leaving.append(key)
-        self.batch.remove_ended(leaving)
+        self.batch.remove_many(leaving)
 
     # -- steps 4 and 5: mark running and launch ----------------------------------------
 

@@ -136,12 +136,11 @@ class PostgresStore(SQLAlchemyStore):
         return outcomes
 
     @staticmethod
-    async def _insert_chunk(db: Any, chunk: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
+    async def _insert_chunk(db: Any, unique: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
         """One INSERT of column arrays, first without ON CONFLICT (a repeat of a live
         job is the rare case; it fails the statement, which then runs guarded); an
         id already archived is not inserted (it is answered as a repeat of the
         archived job). When every row went in, nothing is looked up."""
-        unique = chunk  # distinct (queue, id): the caller's contract
         insert = pgsql.insert_jobs(unique)
         try:
             rows = await db.fetch(insert.plain, *insert.params)

@@ -58,8 +58,7 @@ class SQLiteStore(SQLAlchemyStore):
         return outcomes
 
     async def _insert_chunk(self, conn: AsyncConnection,
-                            chunk: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
-        unique = chunk  # distinct (queue, id): the caller's contract
+                            unique: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
         stmt = (self._insert(s.jobs).on_conflict_do_nothing()
                 .returning(s.jobs.c.queue, s.jobs.c.id))
         rows = await conn.execute(stmt, [job_values(job) for job in unique])

@@ -30,7 +30,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("add"), job_fields, st.booleans()),
     st.tuples(st.just("end"), st.sampled_from(QUEUES), st.integers(0, 2)),
     st.tuples(st.just("remove"), st.sampled_from(QUEUES), st.integers(0, 2)),
-    st.tuples(st.just("remove_ended"), st.sampled_from(QUEUES), st.integers(0, 2)),
+    st.tuples(st.just("remove_many"), st.sampled_from(QUEUES), st.integers(0, 2)),
     st.tuples(st.just("drop"), st.sampled_from(QUEUES), st.just(0)),
     st.tuples(st.just("usage"), st.sampled_from(QUEUES), st.sampled_from(PATHS)),
 ), max_size=60)
@@ -76,8 +76,8 @@ def test_kept_sums_equal_the_sums_over_the_running_jobs(
             batch.end(entry, Outcome(status=JobState.FAILED))
         elif op[0] == "remove":
             batch.remove(key)
-        elif op[0] == "remove_ended":
-            batch.remove_ended([key])
+        elif op[0] == "remove_many":
+            batch.remove_many([key])
         elif op[0] == "drop":
             batch.drop_queue(queue)
     for queue in QUEUES:
