@@ -266,7 +266,8 @@ async def idle(server: str, workdir: Path, *, running: int, seconds: float,
     now = datetime.now(UTC)
     await conn.execute(bulk_insert_jobs_sql(
         status="'running'", attempt="1", launched_at="$2::timestamptz",
-        deadline="$2::timestamptz + interval '1 day'", correlation_key="'ck-' || i::text",
+        deadline="$2::timestamptz + interval '1 day'",
+        correlation_key="'~' || md5('token' || i::text) || '.1'",  # as a claim makes it
         owner="'gone'", launch_confirmed="true", run_at="$2::timestamptz"),
         queue, now, 1, running)
     await conn.execute("ANALYZE")

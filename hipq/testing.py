@@ -4,10 +4,11 @@ a bulk loader of queued jobs (PostgreSQL) and a one-call migration."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from hipq.jobs import Job
+from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState
 from hipq.targets.base import Accepted, Completed, LaunchOutcome
 
 __all__ = ["FakeClock", "MemoryTarget", "bulk_insert_jobs_sql", "migrate_database"]
@@ -71,6 +72,30 @@ class MemoryTarget:
 def succeed(job: Job) -> Completed:
     """A MemoryTarget behaviour: every launch succeeds at once."""
     return Completed(status="succeeded", result={"echo": job.id})
+
+
+def claimed_jobs(n: int, *, queue: str = "q", at: datetime | None = None) -> list[Job]:
+    """``n`` running jobs as a claim returns them: every string and timestamp its
+    own object, as a database driver decodes each row (for memory measurements)."""
+
+    def fresh(text: str) -> str:
+        return "".join(list(text))  # equal, not the same object
+
+    start = at or datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+    jobs = []
+    for i in range(n):
+        launched = start + timedelta(microseconds=i % 1000)  # claims of a few ticks
+        token = secrets.token_urlsafe(16)
+        jobs.append(Job(
+            id=f"job-{i:08d}", queue=fresh(queue), data={"n": i, "region": fresh("eu")},
+            status=JobState.RUNNING, run_at=start - timedelta(seconds=i % 97),
+            created_at=start - timedelta(seconds=i % 89), updated_at=launched,
+            launched_at=launched, deadline=launched + timedelta(days=1),
+            correlation_key=f"{GENERATED_KEY_PREFIX}{token}.1", token=token, attempt=1,
+            max_attempts=3, owner=fresh("daemon-1"), launch_confirmed=True,
+            body_hash=secrets.token_hex(32), timeout_seconds=float(86400 + i % 1),
+            key_order_at=start))
+    return jobs
 
 
 # One SQL expression per column of ``jobs`` for row number ``i`` (from

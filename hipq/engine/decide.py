@@ -196,13 +196,12 @@ def outcome_from_row(row: InboxRow) -> Outcome:
 
 def inbox_verdict(entry: Entry, row: InboxRow) -> InboxOutcome | None:
     """None if the response applies to the entry's try, else why it does not."""
-    job = entry.job
-    if row.token is not None and row.token != job.token:
+    if row.token is not None and row.token != entry.token:
         return InboxOutcome.STALE  # a signed callback of another job that held this key
-    if row.attempt is not None and row.attempt != job.attempt:
+    if row.attempt is not None and row.attempt != entry.attempt:
         return InboxOutcome.STALE
-    if (row.attempt is None and job.attempt > 1 and job.launched_at is not None
-            and row.received_at < job.launched_at):
+    if (row.attempt is None and entry.attempt > 1 and entry.launched_at is not None
+            and row.received_at < entry.launched_at):
         # A fixed key and no attempt number: a response received before this try
         # was launched belongs to an earlier try (a try is always marked running
         # before it is sent, so an early response to a first try is still kept).
@@ -220,7 +219,7 @@ def extended_deadline(entry: Entry, row: InboxRow, heartbeat_seconds: float | No
     if seconds is None:
         seconds = heartbeat_seconds
     if seconds is None:
-        seconds = entry.job.timeout_seconds
+        seconds = entry.timeout_seconds
     pushed = now + timedelta(seconds=seconds)
     return pushed if entry.deadline is None else max(entry.deadline, pushed)
 
@@ -232,21 +231,22 @@ def change_for(entry: Entry, spec: QueueSpec | None, retry: RetryFn | None,
                now: datetime) -> Change:
     """What step 3 persists for an entry that ended or was extended. A failed try
     asks the queue's retry strategy (under the rules of :func:`hipq.retry.decide`)
-    with a deep copy of the job; without the queue's settings the job gives up."""
-    job, outcome, inbox_ids = entry.job, entry.outcome, tuple(entry.inbox_ids)
+    with a deep copy of the job (read back first where the entry let it go);
+    without the queue's settings, or the job, it gives up."""
+    outcome, inbox_ids = entry.outcome, entry.inbox_ids
     status = None if outcome is None else outcome.status
     if status is JobState.SUCCEEDED or status is JobState.CANCELLED:  # the usual case
         assert outcome is not None
         value = _SUCCEEDED if status is JobState.SUCCEEDED else _CANCELLED
-        return Change(kind=ChangeKind.ARCHIVE, queue=job.queue, id=job.id,
-                      attempt=job.attempt, inbox_ids=inbox_ids, launched_at=job.launched_at,
-                      correlation_key=job.correlation_key, status=value,
+        return Change(kind=ChangeKind.ARCHIVE, queue=entry.queue, id=entry.id,
+                      attempt=entry.attempt, inbox_ids=inbox_ids, launched_at=entry.launched_at,
+                      correlation_key=entry.correlation_key, status=value,
                       result=outcome.result,
                       error=None if outcome.error is None else outcome.error.to_json(),
                       outcome=value, response=outcome.response)
     common: dict[str, Any] = {
-        "queue": job.queue, "id": job.id, "attempt": job.attempt, "inbox_ids": inbox_ids,
-        "launched_at": job.launched_at, "correlation_key": job.correlation_key}
+        "queue": entry.queue, "id": entry.id, "attempt": entry.attempt, "inbox_ids": inbox_ids,
+        "launched_at": entry.launched_at, "correlation_key": entry.correlation_key}
     if outcome is None:
         return Change(kind=ChangeKind.EXTEND, deadline=entry.deadline, **common)
     error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
@@ -255,8 +255,11 @@ def change_for(entry: Entry, spec: QueueSpec | None, retry: RetryFn | None,
         verdict = GiveUp("the queue no longer exists")
     elif retry is None:
         verdict = GiveUp("the queue's settings cannot be loaded")
+    elif entry.job is None:  # let go and not read back: no longer running as this try
+        verdict = GiveUp("the job could not be read back")
     else:
-        verdict = decide(spec, retry, RetryContext(job=job.snapshot(), error=error, now=now))
+        verdict = decide(spec, retry, RetryContext(job=entry.job.snapshot(), error=error,
+                                                   now=now))
     if isinstance(verdict, GiveUp):
         return Change(kind=ChangeKind.ARCHIVE, status=JobState.FAILED.value,
                       result=outcome.result, error={**error.to_json(), "gave_up": verdict.reason},

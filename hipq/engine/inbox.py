@@ -70,8 +70,9 @@ class Inbox:
 
     def watch(self, entry: Entry) -> None:
         """An entry joined the batch; a response for a fixed key may be waiting."""
-        if entry.job.correlation_fixed and entry.job.correlation_key:
-            self._fresh.add(entry.job.correlation_key)
+        if entry.fixed_key:
+            assert entry.correlation_key is not None
+            self._fresh.add(entry.correlation_key)
 
     async def apply(self, batch: Batch, now: datetime, counters: Counters) -> None:
         """Step 0: apply the responses that arrived for the batch's tries."""
@@ -123,7 +124,7 @@ class Inbox:
                 continue
             marks.append((row.id, verdict))
             if verdict is InboxOutcome.LATE:
-                late.append((entry.job.queue, entry.job.id, row))
+                late.append((entry.queue, entry.id, row))
         if late:
             await self.store.attempt_record_late_many(late, now=now)
         if marks:
@@ -134,9 +135,9 @@ class Inbox:
     def _apply(self, batch: Batch, entry: Entry, row: InboxRow, now: datetime) -> None:
         if row.status == ResponseStatus.RUNNING:
             batch.extend(entry, extended_deadline(
-                entry, row, self.heartbeat_seconds(entry.job.queue), now), row.id)
+                entry, row, self.heartbeat_seconds(entry.queue), now), row.id)
         else:
-            entry.inbox_ids.append(row.id)
+            entry.inbox_ids += (row.id,)
             batch.end(entry, outcome_from_row(row))
 
     async def sweep(self, batch: Batch, now: datetime, counters: Counters) -> None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Collection
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hipq.engine.batch import Entry
@@ -175,19 +175,31 @@ class Leases:
                  extra={"action": "handover"})
 
 
-async def adopt(store: Store, *, queue: str, owner: str, now: datetime) -> list[Entry]:
+ADOPT_PAGE = 500  # running jobs read and taken at a time by an adoption
+
+
+async def adopt(store: Store, *, queue: str, owner: str, now: datetime,
+                add: Callable[[Entry], None]) -> int:
     """Take over the running jobs of a queue whose lease was just acquired: they
-    become ours; an unconfirmed launch ends as a ``lost`` try."""
-    running = await store.job_load_running(queue=queue)
-    await store.job_adopt_many(queue=queue, ids=[j.id for j in running], owner=owner, now=now)
-    entries = []
-    for job in running:
-        job = replace(job, owner=owner)
-        entry = Entry(job=job, deadline=job.deadline)
-        if not job.launch_confirmed:
-            entry.outcome = outcome_lost()
-        entries.append(entry)
-    if running:
-        log.info("adopted %d running jobs of queue %s", len(running), queue,
-                 extra={"action": "adopt", "queue": queue})
-    return entries
+    become ours (one statement), then are read a page at a time by id, each page
+    given to ``add`` before the next is read, so a takeover needs memory for a
+    page, not for the whole running set. An unconfirmed launch ends as a ``lost``
+    try. Returns how many were adopted."""
+    if not await store.job_adopt_many(queue=queue, ids=None, owner=owner, now=now):
+        return 0
+    adopted = 0
+    after: str | None = None
+    while True:
+        page = await store.job_load_running(queue=queue, after_id=after, limit=ADOPT_PAGE)
+        for job in page:
+            entry = Entry(job=job, deadline=job.deadline)
+            if not job.launch_confirmed:
+                entry.outcome = outcome_lost()
+            add(entry)
+        adopted += len(page)
+        if len(page) < ADOPT_PAGE:
+            break
+        after = page[-1].id
+    log.info("adopted %d running jobs of queue %s", adopted, queue,
+             extra={"action": "adopt", "queue": queue})
+    return adopted

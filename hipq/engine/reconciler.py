@@ -73,7 +73,7 @@ from hipq.spec import QueueSpec
 from hipq.store import Change, ChangeKind, QueueRecord, Store
 from hipq.targets import Target
 from hipq.targets.registry import Targets
-from hipq.throttling import RateBudget
+from hipq.throttling import RateBudget, RunningUsage
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,9 @@ class Reconciler:
 
     async def _steps_1_to_5(self, queues: Mapping[str, QueueRecord], now: datetime,
                             counters: Counters) -> None:
-        changes = counters.ended = self._changes(queues, now, counters)
+        changed = self.batch.changed()
+        await self._read_back_failed(changed)
+        changes = counters.ended = self._changes(changed, queues, now, counters)
         requeued = {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
         persisting = asyncio.ensure_future(self._persist(changes, now))
         try:
@@ -174,10 +176,8 @@ class Reconciler:
             record = queues.get(queue)
             if record is not None and record.config.rate_limit is not None:
                 await self.store.launch_events_restamp(queue=queue, at=now)
-            entries = await adopt(self.store, queue=queue, owner=self.owner, now=now)
-            for entry in entries:
-                self._add(entry)
-            counters.add("adopted", len(entries))
+            counters.add("adopted", await adopt(self.store, queue=queue, owner=self.owner,
+                                                now=now, add=self._adopted))
 
     def _ready_to_hand_over(self) -> list[str]:
         """Queues being handed over whose launches are all recorded: what this tick
@@ -206,8 +206,10 @@ class Reconciler:
         for queue in self.rates.queues():
             await self._write_back_rate(queue)
 
-    def _add(self, entry: Entry) -> None:
-        self.batch.add(entry)
+    def _adopted(self, entry: Entry) -> None:
+        """An adopted entry: a waiting one lets its job go at once (an adoption may
+        bring a whole running set; see :meth:`Batch.add`)."""
+        self.batch.add(entry, keep_job=False)
         self.inbox.watch(entry)
 
     def _apply_launches(self, counters: Counters) -> None:
@@ -216,7 +218,7 @@ class Reconciler:
         for result in self.launcher.take_outcomes():
             job = result.job
             entry = batch.get((job.queue, job.id))
-            if entry is None or entry.job.attempt != job.attempt or entry.outcome is not None:
+            if entry is None or entry.attempt != job.attempt or entry.outcome is not None:
                 continue  # timed out or cancelled meanwhile: the first outcome stands
             batch.end(entry, outcome_from_launch(result.outcome, result.error))
             applied += 1
@@ -293,10 +295,22 @@ class Reconciler:
         return _Selection(runtime=runtime, launch=launch,
                           candidates={j.id: j for j in candidates})
 
+    async def _usage(self, spec: QueueSpec) -> RunningUsage:
+        """What the queue's running jobs hold; the jobs the batch let go are read
+        back first where the counts or the throttler need them (a new quota field;
+        a plugin throttler, whose queue then keeps its jobs)."""
+        path = spec.quotas.field if spec.quotas is not None else None
+        self.batch.keep_jobs(spec.id, spec.custom_throttler)
+        await self._read_back(spec.id, self.batch.wants_jobs(spec.id, path))
+        return self.batch.usage(spec.id, path)
+
+    async def _read_back(self, queue: str, ids: Sequence[str]) -> None:
+        if ids:
+            self.batch.attach(queue, await self.store.job_load_running(queue=queue, ids=ids))
+
     async def _fetch(self, runtime: QueueRuntime, now: datetime) -> list[Job]:
         spec = runtime.spec
-        batch = self.batch
-        used = batch.usage(spec.id, spec.quotas.field if spec.quotas is not None else None)
+        used = await self._usage(spec)
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
             return asyncio.ensure_future(self.store.job_fetch_due(
@@ -338,15 +352,25 @@ class Reconciler:
 
     # -- step 3: retries and persistence ---------------------------------------------
 
-    def _changes(self, queues: Mapping[str, QueueRecord], now: datetime,
-                 counters: Counters) -> list[Change]:
+    async def _read_back_failed(self, changed: Sequence[Entry]) -> None:
+        """Failed tries whose jobs the batch let go: their retry strategies get them."""
+        wanted: dict[str, list[str]] = {}
+        failed = JobState.FAILED
+        for entry in changed:
+            if entry.job is None and entry.outcome is not None and entry.outcome.status is failed:
+                wanted.setdefault(entry.queue, []).append(entry.id)
+        for queue, ids in wanted.items():
+            await self._read_back(queue, ids)
+
+    def _changes(self, changed: Sequence[Entry], queues: Mapping[str, QueueRecord],
+                 now: datetime, counters: Counters) -> list[Change]:
         """Step 3's decisions, over copies: jobs are frozen, the mutable parts of an
         entry are copied by :func:`change_for`, retry plugins get deep copies."""
         changes = []
         strategies: dict[str, tuple[QueueSpec | None, RetryFn | None]] = {}  # per queue
         finished = retried = 0
-        for entry in self.batch.changed():
-            queue = entry.job.queue
+        for entry in changed:
+            queue = entry.queue
             strategy = strategies.get(queue)
             if strategy is None:
                 strategy = strategies[queue] = self._retry_of(queues.get(queue))
@@ -398,7 +422,7 @@ class Reconciler:
                 continue
             jobs = await self._claim(selection, ids, now)
             add, watch = self.batch.add, self.inbox.watch
-            for job in jobs:  # self._add, inline: once per launched job
+            for job in jobs:  # once per launched job
                 entry = Entry(job=job, deadline=job.deadline)
                 add(entry)
                 if job.correlation_fixed:

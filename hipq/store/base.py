@@ -133,8 +133,12 @@ class Store(Protocol):
         (launched_at, id). ``after`` is the sort key of the previous page's last job
         (the columns above, in order)."""
 
-    async def job_load_running(self, *, queue: str) -> list[Job]:
-        """The running jobs of a queue, whoever owns them: what a new owner adopts."""
+    async def job_load_running(self, *, queue: str, ids: Sequence[str] | None = None,
+                               after_id: str | None = None,
+                               limit: int | None = None) -> list[Job]:
+        """The running jobs of a queue, whoever owns them, by id: what a new owner
+        adopts (a page of ``limit`` after ``after_id``), or those among ``ids`` (jobs
+        the batch let go, read back)."""
 
     async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
         """Live jobs by correlation key (for responses not matched in memory);
@@ -217,10 +221,10 @@ class Store(Protocol):
         needs it. True if done; False where there is nothing to do or it is not
         allowed (the caller stops asking)."""
 
-    async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,
+    async def job_adopt_many(self, *, queue: str, ids: Sequence[str] | None, owner: str,
                              now: datetime) -> int:
-        """Make ``owner`` the owner of these running jobs (after a lease takeover).
-        Returns how many."""
+        """Make ``owner`` the owner of these running jobs (``None``: of every running
+        job of the queue) after a lease takeover. Returns how many."""
 
     async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
                                   now: datetime) -> int:

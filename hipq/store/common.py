@@ -343,12 +343,24 @@ class SQLAlchemyStore(abc.ABC):
         async with self._tx() as conn:
             return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
 
-    async def job_load_running(self, *, queue: str) -> list[Job]:
+    async def job_load_running(self, *, queue: str, ids: Sequence[str] | None = None,
+                               after_id: str | None = None,
+                               limit: int | None = None) -> list[Job]:
         t = s.jobs
-        async with self._tx() as conn:
-            rows = await conn.execute(sa.select(t).where(t.c.queue == queue,
-                                                         t.c.status == s.RUNNING))
-            return [job_from_row(r._mapping) for r in rows]
+        stmt = sa.select(t).where(t.c.queue == queue, t.c.status == s.RUNNING).order_by(t.c.id)
+        if after_id is not None:
+            stmt = stmt.where(t.c.id > after_id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        if ids is None:
+            async with self._tx() as conn:
+                return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
+        ids, out = list(ids), list[Job]()
+        async with self._tx() as conn:  # in chunks: drivers cap a statement's parameters
+            for start in range(0, len(ids), ADOPT_CHUNK):
+                chunk = stmt.where(t.c.id.in_(ids[start:start + ADOPT_CHUNK]))
+                out.extend(job_from_row(r._mapping) for r in await conn.execute(chunk))
+        return out
 
     # -- the reconcile loop ---------------------------------------------------------------
     # Each driver implements the hot paths itself: job_mark_running_many,
@@ -404,11 +416,17 @@ class SQLAlchemyStore(abc.ABC):
 
     # -- queued and adopted jobs ---------------------------------------------------------
 
-    async def job_adopt_many(self, *, queue: str, ids: Sequence[str], owner: str,
+    async def job_adopt_many(self, *, queue: str, ids: Sequence[str] | None, owner: str,
                              now: datetime) -> int:
+        t = s.jobs
+        if ids is None:
+            async with self._tx() as conn:
+                result = await conn.execute(t.update().where(
+                    t.c.queue == queue, t.c.status == s.RUNNING).values(owner=owner,
+                                                                         updated_at=now))
+            return int(result.rowcount)
         if not ids:
             return 0
-        t = s.jobs
         ids, adopted = list(ids), 0
         async with self._tx() as conn:  # in chunks: drivers cap a statement's parameters
             for start in range(0, len(ids), ADOPT_CHUNK):

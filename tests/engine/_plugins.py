@@ -45,3 +45,13 @@ class RaisingRetry:
 
     def decide(self, ctx: RetryContext) -> Retry:
         raise RuntimeError("retry bug")
+
+
+class RecordingThrottler:
+    """Launches every candidate; notes the data of the running jobs it was shown."""
+
+    seen: list[list[dict[str, object]]] = []
+
+    def select(self, ctx: ThrottleContext) -> ThrottleResult:
+        RecordingThrottler.seen.append([job.data for job in ctx.running])
+        return ThrottleResult(launch=list(ctx.candidates))

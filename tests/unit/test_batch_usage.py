@@ -1,5 +1,7 @@
 """The batch's kept sums (weights, ordering keys, quota field values) always equal
-what summing its running jobs gives, whatever joins, ends and leaves."""
+what summing its running jobs gives, whatever joins, ends and leaves, and whether
+the entries let their jobs go at a tick (read back, as the reconciler does, when a
+new quota field needs them)."""
 
 from __future__ import annotations
 
@@ -33,11 +35,28 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("remove_many"), st.sampled_from(QUEUES), st.integers(0, 2)),
     st.tuples(st.just("drop"), st.sampled_from(QUEUES), st.just(0)),
     st.tuples(st.just("usage"), st.sampled_from(QUEUES), st.sampled_from(PATHS)),
+    st.tuples(st.just("tick"), st.sampled_from(QUEUES), st.just(0)),
+    st.tuples(st.just("keep"), st.sampled_from(QUEUES), st.booleans()),
 ), max_size=60)
 
 
-def summed(batch: Batch, queue: str, path: str | None) -> RunningUsage:
-    return RunningUsage.of(batch.running(queue), path)
+class Model:
+    """The batch, and every job it was given (what a read back would return)."""
+
+    def __init__(self) -> None:
+        self.batch = Batch()
+        self.jobs: dict[tuple[str, str], Job] = {}
+
+    def usage(self, queue: str, path: str | None) -> RunningUsage:
+        """As the reconciler asks: the jobs the batch wants read back first."""
+        wanted = self.batch.wants_jobs(queue, path)
+        self.batch.attach(queue, [self.jobs[(queue, i)] for i in wanted])
+        return self.batch.usage(queue, path)
+
+    def summed(self, queue: str, path: str | None) -> RunningUsage:
+        live = [self.jobs[(queue, e.id)] for e in self.batch.entries(queue)
+                if e.outcome is None]
+        return RunningUsage.of(live, path)
 
 
 def same(kept: RunningUsage, expected: RunningUsage) -> bool:
@@ -51,10 +70,11 @@ def same(kept: RunningUsage, expected: RunningUsage) -> bool:
 @given(first=st.sampled_from(PATHS), ops=operations)
 def test_kept_sums_equal_the_sums_over_the_running_jobs(
         first: str | None, ops: list[tuple]) -> None:  # type: ignore[type-arg]
-    batch = Batch()
+    model = Model()
+    batch = model.batch
     paths: dict[str, str | None] = dict.fromkeys(QUEUES, first)
     for queue in QUEUES:  # counts kept from the start (the usual case)
-        batch.usage(queue, first)
+        model.usage(queue, first)
     for op in ops:
         if op[0] == "add":
             fields, ended = op[1], op[2]
@@ -63,12 +83,13 @@ def test_kept_sums_equal_the_sums_over_the_running_jobs(
             entry = Entry(job=job, deadline=job.deadline)
             if ended:
                 entry.outcome = Outcome(status=JobState.SUCCEEDED)
+            model.jobs[job.key] = job
             batch.add(entry)
             continue
         queue, arg = op[1], op[2]
         if op[0] == "usage":
             paths[queue] = arg
-            assert same(batch.usage(queue, arg), summed(batch, queue, arg))
+            assert same(model.usage(queue, arg), model.summed(queue, arg))
             continue
         key = (queue, f"j{arg}")
         entry = batch.get(key)
@@ -80,8 +101,16 @@ def test_kept_sums_equal_the_sums_over_the_running_jobs(
             batch.remove_many([key])
         elif op[0] == "drop":
             batch.drop_queue(queue)
+        elif op[0] == "tick":
+            assert batch.overdue(NOW) == []
+        elif op[0] == "keep":
+            batch.keep_jobs(queue, arg)
     for queue in QUEUES:
         path = paths.get(queue)
-        assert same(batch.usage(queue, path), summed(batch, queue, path))
+        assert same(model.usage(queue, path), model.summed(queue, path))
         for other in PATHS:
-            assert same(batch.usage(queue, other), summed(batch, queue, other))
+            assert same(model.usage(queue, other), model.summed(queue, other))
+        batch.keep_jobs(queue, True)
+        model.usage(queue, None)  # a queue that keeps jobs has them all back
+        assert len(batch.running(queue)) == len(
+            [e for e in batch.entries(queue) if e.outcome is None])

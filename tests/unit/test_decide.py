@@ -134,6 +134,6 @@ def test_changes_follow_the_retry_rules() -> None:
     assert (change.kind, change.run_at) == (ChangeKind.REQUEUE, later)
     assert change_for(failed, None, None, NOW).error == {
         "kind": "response_failed", "detail": "", "gave_up": "the queue no longer exists"}
-    extended = Entry(job=job("c", attempt=1), deadline=later, extended=True, inbox_ids=[4])
+    extended = Entry(job=job("c", attempt=1), deadline=later, inbox_ids=[4])
     change = change_for(extended, spec, retry, NOW)
     assert (change.kind, change.deadline, change.inbox_ids) == (ChangeKind.EXTEND, later, (4,))
