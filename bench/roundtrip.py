@@ -283,8 +283,9 @@ async def idle(server: str, workdir: Path, *, running: int, seconds: float,
             async with hipq_daemon(config, workdir, name) as daemon, \
                     aiohttp.ClientSession() as session:
                 t_adopt = time.monotonic()
-                while await conn.fetchval("SELECT count(*) FROM jobs WHERE queue = $1 AND "
-                                          "owner = 'gone'", queue):
+                # the adoption is done when the daemon logs it (the jobs change owner
+                # in one statement, then are read a page at a time)
+                while b"adopted " not in daemon.log_path.read_bytes():
                     if time.monotonic() - t_adopt > within:
                         raise SystemExit(f"{name}: the running jobs were not adopted")
                     await asyncio.sleep(POLL_SECONDS)

@@ -202,6 +202,19 @@ SELECT * FROM response_inbox
 WHERE correlation_key = ANY(:keys::text[]) AND applied_at IS NULL
 ORDER BY id
 
+-- name: inbox_pending_scan
+-- Unapplied responses after an id, received before a time, by id (the pending rows'
+-- partial index): step 0's cursor over new rows, and the sweep.
+SELECT * FROM response_inbox
+WHERE applied_at IS NULL AND id > :after_id AND received_at < :before
+ORDER BY id LIMIT :limit
+
+-- name: expired_any
+-- Whether any queued job is past expires_at (the partial index of expiring jobs).
+SELECT 1 FROM jobs
+WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= :now
+LIMIT 1
+
 -- name: jobs_by_keys
 SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
 

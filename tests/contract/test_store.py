@@ -669,6 +669,46 @@ async def test_adopt_running_jobs(store: Store, clock: FakeClock) -> None:
                                      now=clock.now()) == {(Q, "j1")}
 
 
+async def test_running_jobs_are_read_by_page_and_by_id(store: Store, clock: FakeClock) -> None:
+    await start(store, clock, *(make_job(clock, f"r{i}") for i in range(5)))
+    await insert(store, make_job(clock, "queued"))
+    await start(store, clock, make_job(clock, "elsewhere", queue="other"))
+
+    first = await store.job_load_running(queue=Q, limit=2)
+    rest = await store.job_load_running(queue=Q, after_id=first[-1].id, limit=10)
+    assert [j.id for j in first + rest] == ["r0", "r1", "r2", "r3", "r4"]
+    assert first[0].data == {"n": "r0"}  # whole jobs, as stored
+    some = await store.job_load_running(queue=Q, ids=["r3", "queued", "r1", "nope"])
+    assert sorted(j.id for j in some) == ["r1", "r3"]
+    assert await store.job_load_running(queue=Q, ids=[]) == []
+
+
+async def test_an_adoption_takes_every_running_job_of_the_queue(
+        store: Store, clock: FakeClock) -> None:
+    await start(store, clock, make_job(clock, "r0"), make_job(clock, "r1"))
+    await insert(store, make_job(clock, "queued"))
+    await start(store, clock, make_job(clock, "elsewhere", queue="other"))
+
+    assert await store.job_adopt_many(queue=Q, ids=None, owner=OTHER, now=clock.now()) == 2
+    assert {j.owner for j in await store.job_load_running(queue=Q)} == {OTHER}
+    assert (await get(store, "queued")).owner is None
+    [other] = await store.job_load_running(queue="other")
+    assert other.owner == OWNER
+
+
+async def test_pending_rows_come_back_whole(store: Store, clock: FakeClock) -> None:
+    [row_id] = await store.inbox_insert_many([Response(
+        correlation_key="k", status="failed", attempt=2, retryable=False,
+        result={"partial": [1, 2]}, error={"kind": "boom", "detail": "x"}, extend_seconds=5.5,
+        source="kafka", token="tok-1")], now=clock.now())
+    [row] = await store.inbox_pending_scan(after_id=0, before=clock.advance(1), limit=10)
+    assert (row.id, row.correlation_key, row.status, row.attempt, row.retryable) == (
+        row_id, "k", "failed", 2, False)
+    assert (row.result, row.error) == ({"partial": [1, 2]}, {"kind": "boom", "detail": "x"})
+    assert (row.extend_seconds, row.source, row.token) == (5.5, "kafka", "tok-1")
+    assert row.received_at == clock.now() - timedelta(seconds=1)
+
+
 async def test_meta_get_or_set_keeps_the_first_value(store: Store) -> None:
     assert await store.meta_get_or_set("instance", "one") == "one"
     assert await store.meta_get_or_set("instance", "two") == "one"
