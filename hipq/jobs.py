@@ -28,6 +28,11 @@ GENERATED_KEY_PREFIX = "~"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 
 
+def generated_key(token: str, attempt: int) -> str:
+    """The correlation key hipq makes for a try (the stores' claims write the same)."""
+    return f"{GENERATED_KEY_PREFIX}{token}.{attempt}"
+
+
 def is_job_id(text: str) -> bool:
     """Whether ``text`` may be a job id: the pattern in full ("$" alone would also
     match before a final newline), and not ``.`` or ``..`` (path segments that

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState
+from hipq.jobs import Job, JobState, generated_key
 from hipq.targets.base import Accepted, Completed, LaunchOutcome
 
 __all__ = ["FakeClock", "MemoryTarget", "bulk_insert_jobs_sql", "migrate_database"]
@@ -91,7 +91,7 @@ def claimed_jobs(n: int, *, queue: str = "q", at: datetime | None = None) -> lis
             status=JobState.RUNNING, run_at=start - timedelta(seconds=i % 97),
             created_at=start - timedelta(seconds=i % 89), updated_at=launched,
             launched_at=launched, deadline=launched + timedelta(days=1),
-            correlation_key=f"{GENERATED_KEY_PREFIX}{token}.1", token=token, attempt=1,
+            correlation_key=generated_key(token, 1), token=token, attempt=1,
             max_attempts=3, owner=fresh("daemon-1"), launch_confirmed=True,
             body_hash=secrets.token_hex(32), timeout_seconds=float(86400 + i % 1),
             key_order_at=start))

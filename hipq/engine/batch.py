@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, overload
 
 from hipq.frozen import quick_init
-from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobError, JobState
+from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobError, JobState, generated_key
 from hipq.store.records import Change, InboxOutcome
 from hipq.throttling import RunningUsage, field_value
 
@@ -36,11 +36,6 @@ class Outcome:
 # Entry.own_key of a try whose key is hipq's own: compared by identity (built at run
 # time, so no string read from anywhere is this object)
 _MADE = "".join(["~", "made by hipq"])
-
-
-def generated_key(job: Job) -> str:
-    """The key hipq makes for a try (the stores write the same)."""
-    return f"{GENERATED_KEY_PREFIX}{job.token}.{job.attempt}"
 
 
 class Entry:
@@ -65,7 +60,8 @@ class Entry:
         self.token = job.token
         key = job.correlation_key
         # hipq's own key (~token.attempt) is made again when asked, not kept
-        self.own_key = _MADE if key is not None and key == generated_key(job) else key
+        made = key is not None and key == generated_key(job.token, job.attempt)
+        self.own_key = _MADE if made else key
         self.launched_at = job.launched_at
         self.deadline = deadline
         self.timeout_seconds = job.timeout_seconds
@@ -79,13 +75,9 @@ class Entry:
         self.dirty = False  # ended or extended since last persisted (step 3 persists it)
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.queue, self.id)
-
-    @property
     def correlation_key(self) -> str | None:
         key = self.own_key
-        return f"{GENERATED_KEY_PREFIX}{self.token}.{self.attempt}" if key is _MADE else key
+        return generated_key(self.token, self.attempt) if key is _MADE else key
 
     @property
     def fixed_key(self) -> bool:
@@ -292,9 +284,6 @@ class Batch(Mapping[tuple[str, str], Entry]):
             if entry is not None and (not dot or str(entry.attempt) != attempt):
                 return None
         return entry
-
-    def has_key(self, correlation_key: str) -> bool:
-        return self.by_key(correlation_key) is not None
 
     def usage(self, queue: str, field_path: str | None) -> RunningUsage:
         """What the queue's live entries hold, from the kept counts (the values by
