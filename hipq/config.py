@@ -70,12 +70,33 @@ def _http_url(url: str) -> str:
     return url
 
 
+# headers that frame a request: the HTTP target's client writes them, a queue may not
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection",
+                             "keep-alive", "upgrade", "te", "trailer", "expect",
+                             "proxy-connection", "hipq-correlation-key"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,200}$")
+
+
+def _http_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers a launch can carry as given: token names, no line break or NUL in a
+    value, none of the headers the client writes itself."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"header name {name[:100]!r} is not an HTTP token")
+        if name.lower() in FRAMING_HEADERS:
+            raise ValueError(f"header {name!r} is written by hipq and cannot be set")
+        if any(c in value for c in "\r\n\x00"):
+            raise ValueError(f"the value of header {name!r} has a line break or NUL")
+    return headers
+
+
 class HttpTarget(_Strict):
     kind: Literal["http"]
     url: Annotated[str, Field(max_length=2000), AfterValidator(_http_url)]
     mode: Literal["callback", "sync"] = "callback"
     timeout_seconds: float = Field(default=30.0, gt=0, le=MAX_SECONDS)
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Annotated[dict[str, str], AfterValidator(_http_headers)] = Field(
+        default_factory=dict)
     auth: dict[str, str] | None = None
     max_in_flight: int = Field(default=50, ge=1, le=10000)
 
@@ -359,6 +380,8 @@ class Settings(_Strict):
     signing_key: str | None = None
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    # the daemon's event loop: uvloop where it is installed (auto), or asyncio's own
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     queues: list[QueueConfig] = Field(default_factory=list)
     schedules: list[ScheduleConfig] = Field(default_factory=list)
 

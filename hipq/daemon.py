@@ -140,7 +140,7 @@ class Daemon:
             await store.check_schema()
         service = Hipq(store, clock=self.clock, on_work=self._work_arrived,
                        on_enqueued=self.metrics.enqueued_jobs,
-                       on_response=self._responses_arrived)
+                       on_response=self._responses_arrived, live_try=self._live_try)
         for queue in self.settings.queues:
             await service.create_queue(queue)
         signer = await load_signer(store, self.settings.signing_key)
@@ -169,8 +169,10 @@ class Daemon:
         await self.open()
         try:
             await self._start()
-            log.info("hipq running as %s (database %s)", self.owner,
-                     self.settings.database.url.split("@")[-1], extra={"action": "start"})
+            log.info("hipq running as %s (database %s, event loop %s)", self.owner,
+                     self.settings.database.url.split("@")[-1],
+                     type(asyncio.get_running_loop()).__module__.split(".")[0],
+                     extra={"action": "start"})
             if ready is not None:
                 ready.set()
             await stop.wait()
@@ -265,6 +267,12 @@ class Daemon:
         if self._opened is not None:  # maybe responses written by another daemon
             self._opened.reconciler.inbox.arrived()
         self.wake()
+
+    def _live_try(self, correlation_key: str) -> tuple[str, int] | None:
+        """(token, attempt) of the try in this daemon's batch that holds the key."""
+        entry = None if self._opened is None else (
+            self._opened.reconciler.batch.by_key(correlation_key))
+        return None if entry is None else (entry.token, entry.attempt)
 
     def _responses_arrived(self) -> None:
         if self._opened is not None:

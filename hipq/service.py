@@ -67,12 +67,16 @@ class Hipq:
     def __init__(self, store: Store, *, clock: Clock | None = None,
                  on_work: Callable[[], None] | None = None,
                  on_enqueued: Callable[[str, int], None] | None = None,
-                 on_response: Callable[[], None] | None = None) -> None:
+                 on_response: Callable[[], None] | None = None,
+                 live_try: Callable[[str], tuple[str, int] | None] | None = None) -> None:
         self.store = store
         self.on_enqueued = on_enqueued  # (queue, jobs created): metrics
         self.on_response = on_response  # a response was written to the inbox
         self.clock = clock or SystemClock()
         self.on_work = on_work
+        # correlation key -> (token, attempt) of the running try that holds it, as a
+        # daemon in this process has it in memory (None: not known here)
+        self.live_try = live_try
         # queue settings for enqueues, read at most once per QUEUE_CACHE_SECONDS
         self._configs: dict[str, tuple[float, QueueConfig]] = {}
         # group commit: concurrent responses share one INSERT, concurrent callbacks
@@ -270,6 +274,17 @@ class Hipq:
         on the job's history; an unknown key waits ``responses.buffer_seconds``).
         A repeat of the same final response is stored once (returns None)."""
         response = response.model_copy(update={"attempt": attempt})
+        if self.live_try is None or self.live_try(correlation_key) != (token, attempt):
+            await self._check_callback(correlation_key, attempt, token)
+        dedup = None if response.status == "running" else response_digest(
+            correlation_key, response)
+        return await self.report_response(correlation_key, response, source="http",
+                                          dedup_key=dedup, token=token)
+
+    async def _check_callback(self, correlation_key: str, attempt: int, token: str) -> None:
+        """Raise StaleResponse unless the callback is for the job that holds the key
+        (or held it last) and for its latest try; the database's view. A try this
+        daemon holds in memory needs no such read (``live_try``)."""
         job = await self._keys.submit(correlation_key)
         if job is None:
             past = await self.store.archived_by_attempt_keys([correlation_key])
@@ -282,10 +297,6 @@ class Hipq:
                 job.status is JobState.RUNNING and job.correlation_key != correlation_key)):
             raise StaleResponse(f"job {job.id!r} is at attempt {job.attempt}; a response for "
                                 f"attempt {attempt} is stale", queue=job.queue, job_id=job.id)
-        dedup = None if response.status == "running" else response_digest(
-            correlation_key, response)
-        return await self.report_response(correlation_key, response, source="http",
-                                          dedup_key=dedup, token=token)
 
     async def report_by_template(self, queue: str, scope: Mapping[str, Any],
                                  response: ResponseRequest) -> tuple[str, int | None]:

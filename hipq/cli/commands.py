@@ -33,7 +33,7 @@ log = logging.getLogger("hipq")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return run_command(args, _run)
+    return run_command(args, _run, daemon=True)
 
 
 def is_loopback(host: str) -> bool:

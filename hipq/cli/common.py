@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from hipq.config import Settings, load_config
-from hipq.errors import StoreError
+from hipq.errors import ConfigError, StoreError
 from hipq.log import setup_logging
 from hipq.store import Store, open_store
 
@@ -22,10 +22,31 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def run_command(args: argparse.Namespace, command: AsyncCommand) -> int:
-    """Load the config named by ``args`` and run ``command`` in an event loop."""
+def run_command(args: argparse.Namespace, command: AsyncCommand, *,
+                daemon: bool = False) -> int:
+    """Load the config named by ``args`` and run ``command`` in an event loop: the
+    configured one (``event_loop``) for the ``daemon``, asyncio's own otherwise."""
     settings = settings_of(args)
-    return asyncio.run(command(args, settings))
+    factory = loop_factory(settings.event_loop) if daemon else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(command(args, settings))
+
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop for ``uvloop`` and, where uvloop is installed, for ``auto``;
+    None (asyncio's own loop) otherwise. uvloop runs the sockets (API, callbacks,
+    launches, PostgreSQL) in libuv: about a tenth less CPU per HTTP round trip."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("event_loop is uvloop, but uvloop is not installed "
+                              "(pip install uvloop), or set event_loop: auto") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 async def with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]], *,

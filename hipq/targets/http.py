@@ -22,8 +22,11 @@ and non-finite numbers in an answer never reach the store. A 429 or 503 with
 number, or an ISO 8601 time) in the try's error data; ``hipq.retry.decide`` then
 waits at least that long before the next try.
 
-All targets of a daemon share one keep-alive :class:`HttpClient` session; each
-target (one per queue) bounds its own requests in flight (``max_in_flight``).
+All targets of a daemon share one :class:`HttpClient`, whose keep-alive
+connections are :mod:`hipq.targets.http_pool`'s; each target (one per queue) bounds
+its own requests in flight (``max_in_flight``). The target's ``headers`` may replace
+the ``User-Agent``, ``Accept-Encoding`` and ``Content-Type`` it sends by default, not
+the headers that frame the request (``Host``, ``Content-Length``, ``Connection``...).
 """
 
 from __future__ import annotations
@@ -31,23 +34,25 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
+from hipq.config import FRAMING_HEADERS
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
 from hipq.responses.signing import Signer
 from hipq.targets.base import ACCEPTED, Completed, LaunchOutcome
+from hipq.targets.http_pool import Answer, HttpPool, HttpTransportError, Target, header_block
 from hipq.values import json_problem
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
 CONNECTION_LIMIT = 200  # sockets in the shared pool, across every downstream
-KEEPALIVE_SECONDS = 30.0
+DEFAULT_HEADERS = {"User-Agent": "hipq", "Accept-Encoding": "identity",
+                   "Content-Type": "application/json"}
 BODY_EXCERPT = 2000  # characters of a failing answer kept on the try
 RETRYABLE_4XX = frozenset({408, 429})
 MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
@@ -55,28 +60,29 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 
 class HttpClient:
-    """One keep-alive ``aiohttp`` session per daemon, and what callback URLs need."""
+    """The daemon's keep-alive connections, and what callback URLs need."""
 
-    def __init__(self, *, signer: Signer | None = None, public_url: str | None = None) -> None:
+    def __init__(self, *, signer: Signer | None = None, public_url: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.signer = signer
         self.public_url = public_url
-        self._session: aiohttp.ClientSession | None = None
+        self._ssl = ssl_context  # None: the system's trust store
+        self._pool: HttpPool | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=CONNECTION_LIMIT,
-                                         keepalive_timeout=KEEPALIVE_SECONDS)
-        self._session = aiohttp.ClientSession(connector=connector)
+        self._pool = HttpPool(limit=CONNECTION_LIMIT, cap=MAX_ANSWER_BYTES,
+                              ssl_context=self._ssl)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def pool(self) -> HttpPool:
+        if self._pool is None:
             raise TransientLaunchError("the HTTP client is not started")
-        return self._session
+        return self._pool
 
     def callback_url(self, correlation_key: str, job: Job) -> str | None:
         """The signed URL where the downstream reports this try of ``job``."""
@@ -106,9 +112,14 @@ class HttpTarget:
             raise ConfigError(f"target url {config.url!r} must start with http:// or https://")
         self.config = config
         self.client = client
-        self._headers = {**config.headers, **auth_header(config.auth)}
+        self._fixed = request_headers({**config.headers, **auth_header(config.auth)})
         self._slots = asyncio.Semaphore(config.max_in_flight)
-        self._timeout = aiohttp.ClientTimeout(total=config.timeout_seconds)
+        self._target: Target | None = None  # parsed once unless a template
+        if "{queue}" not in config.url and "{id}" not in config.url:
+            try:
+                self._target = Target.parse(config.url)
+            except ValueError as exc:
+                raise ConfigError(f"target url: {exc}") from None
 
     def url_for(self, job: Job) -> str:
         return (self.config.url.replace("{queue}", quote(job.queue, safe=""))
@@ -124,21 +135,26 @@ class HttpTarget:
         if self.client is None:
             raise TransientLaunchError("no HTTP client: HTTP targets run inside a daemon")
         key = job.correlation_key or ""
-        headers = {**self._headers, CORRELATION_HEADER: key}
+        try:
+            headers = self._fixed + header_block(((CORRELATION_HEADER, key),))
+        except ValueError:
+            return Completed(status="failed", retryable=False, kind=ErrorKind.TRANSPORT,
+                             error={"detail": "the correlation key cannot be sent in an "
+                                              "HTTP header (it has a line break or NUL)"})
+        target = self._target or _parse_url(self.url_for(job))
+        body = json.dumps(self.body_for(job, key), separators=(",", ":")).encode()
         async with self._slots:
             try:
-                async with self.client.session.post(
-                        self.url_for(job), json=self.body_for(job, key), headers=headers,
-                        timeout=self._timeout, allow_redirects=False) as answer:
-                    text = await read_capped(answer)
-                    outcome = self._outcome(answer.status, answer.content_type, text)
-                    return with_retry_after(outcome, answer)
+                answer = await self.client.pool.post(target, headers, body,
+                                                     within=self.config.timeout_seconds)
             except TimeoutError:
                 raise TransientLaunchError(f"no answer within {self.config.timeout_seconds}s",
                                            kind=ErrorKind.TIMEOUT) from None
-            except aiohttp.ClientError as exc:
-                raise TransientLaunchError(f"{type(exc).__name__}: {exc}"[:BODY_EXCERPT],
+            except HttpTransportError as exc:
+                raise TransientLaunchError(f"{exc}"[:BODY_EXCERPT],
                                            kind=ErrorKind.TRANSPORT) from None
+        outcome = self._outcome(answer.status, answer.content_type, answer_text(answer))
+        return with_retry_after(outcome, answer)
 
     async def close(self) -> None:
         return None  # the session belongs to the daemon's HttpClient
@@ -154,23 +170,41 @@ class HttpTarget:
                                 "body": text[:BODY_EXCERPT]})
 
 
-async def read_capped(answer: aiohttp.ClientResponse) -> str:
-    """At most MAX_ANSWER_BYTES of the answer, as text without NUL characters."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < MAX_ANSWER_BYTES:
-        chunk = await answer.content.read(MAX_ANSWER_BYTES - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    text = b"".join(chunks).decode(answer.charset or "utf-8", errors="replace")
+def answer_text(answer: Answer) -> str:
+    """The answer's body (at most MAX_ANSWER_BYTES) as text without NUL characters."""
+    try:
+        text = answer.body.decode(answer.charset or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        text = answer.body.decode("utf-8", errors="replace")
     return text.replace("\x00", "\ufffd")
 
 
-def retry_after(answer: aiohttp.ClientResponse) -> float | str | None:
+def request_headers(configured: dict[str, str]) -> bytes:
+    """The header block every launch of a target sends: its configured headers (and
+    auth) over the defaults. ConfigError for a framing header or a value that would
+    break the request."""
+    names = {name.lower() for name in configured}
+    framing = sorted(names & FRAMING_HEADERS)  # the config refuses them; auth cannot
+    if framing:
+        raise ConfigError(f"target headers may not set {', '.join(framing)}")
+    merged = [(k, v) for k, v in DEFAULT_HEADERS.items() if k.lower() not in names]
+    try:
+        return header_block([*merged, *configured.items()])
+    except ValueError as exc:
+        raise ConfigError(f"target headers: {exc}") from None
+
+
+def _parse_url(url: str) -> Target:
+    try:
+        return Target.parse(url)
+    except ValueError as exc:
+        raise TransientLaunchError(f"the target URL is not usable: {exc}"[:BODY_EXCERPT],
+                                   kind=ErrorKind.TRANSPORT) from None
+
+
+def retry_after(answer: Answer) -> float | str | None:
     """The answer's ``Retry-After``: seconds (a number) or an aware ISO time."""
-    raw = answer.headers.get("Retry-After", "").strip()
+    raw = answer.headers.get("retry-after", "").strip()
     if not raw or answer.status not in RETRY_AFTER_STATUSES:
         return None
     if raw.isdigit():
@@ -184,7 +218,7 @@ def retry_after(answer: aiohttp.ClientResponse) -> float | str | None:
         return None
 
 
-def with_retry_after(outcome: LaunchOutcome, answer: aiohttp.ClientResponse) -> LaunchOutcome:
+def with_retry_after(outcome: LaunchOutcome, answer: Answer) -> LaunchOutcome:
     after = retry_after(answer)
     if after is None or not isinstance(outcome, Completed) or outcome.status != "failed":
         return outcome
