@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -30,7 +31,6 @@ from hipq.config import Settings
 from hipq.engine import Reconciler
 from hipq.errors import ConfigError, HipqError, TransientStoreError
 from hipq.metrics import Metrics
-from hipq.responses.kafka import KafkaResponseConsumer
 from hipq.responses.signing import load_signer
 from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
 from hipq.schedules import Schedules, open_schedules
@@ -39,8 +39,10 @@ from hipq.store import Store, open_store
 from hipq.store.notify import MEMBERS, WAKE, Notifier
 from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
-from hipq.targets.kafka import KafkaProducer
 from hipq.tick_log import log_failures
+
+if TYPE_CHECKING:
+    from hipq.responses.kafka import KafkaResponseConsumer
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +151,9 @@ class Daemon:
         self._stack.push_async_callback(http.close)
         producer, consumer = None, None
         if self.settings.kafka is not None:  # both connect lazily, retrying with back-off
+            from hipq.responses.kafka import KafkaResponseConsumer  # aiokafka: 5 MB
+            from hipq.targets.kafka import KafkaProducer
+
             producer = KafkaProducer(self.settings.kafka, clock=self.clock)
             self._stack.push_async_callback(producer.close)
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.config import KafkaTarget as KafkaTargetConfig
@@ -13,8 +14,10 @@ from hipq.config import TargetConfig
 from hipq.errors import ConfigError
 from hipq.targets.base import Target
 from hipq.targets.http import HttpClient, HttpTarget
-from hipq.targets.kafka import KafkaProducer, KafkaTarget
 from hipq.targets.python import PythonTarget
+
+if TYPE_CHECKING:  # aiokafka (5 MB) is imported only where a Kafka target is built
+    from hipq.targets.kafka import KafkaProducer
 
 
 def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = None,
@@ -29,6 +32,8 @@ def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = 
     if isinstance(config, HttpTargetConfig):
         return HttpTarget(config, http)
     if isinstance(config, KafkaTargetConfig):
+        from hipq.targets.kafka import KafkaTarget
+
         return KafkaTarget(config, kafka, http)
     if isinstance(config, MemoryTargetConfig):
         if memory is None or config.name not in memory:

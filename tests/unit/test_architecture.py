@@ -108,6 +108,14 @@ def test_plugin_api_imports_no_io_library() -> None:
     assert out == ""
 
 
+def test_a_daemon_without_kafka_does_not_load_aiokafka() -> None:
+    """aiokafka is 5 MB of a daemon's memory: loaded only when Kafka is configured."""
+    code = "import sys, hipq.daemon, hipq.cli.commands; print('aiokafka' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"
+
+
 def test_no_module_is_too_long() -> None:
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
