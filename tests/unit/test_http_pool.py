@@ -118,41 +118,27 @@ async def test_length_delimited_answers_reuse_one_connection(
     assert "Content-Type: application/json\r\n" in head
 
 
-async def test_chunked_answers_are_joined(serve: Callable[[Script], Awaitable[Server]],
-                                          pool: HttpPool) -> None:
-    server = await start_answering(
-        serve, b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
+@pytest.mark.parametrize(("answer", "then_close", "expected", "connections"), [
+    (b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n", False, (202, b"abcdefg"), 1),
+    # delimited by the close: complete, and the connection is not reused
+    (b"HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\nall of it", True, (500, b"all of it"), 2),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nold", False, (200, b"old"), 2),
+], ids=["chunked", "until-close", "http-1.0"])
+async def test_answer_framing(serve: Callable[[Script], Awaitable[Server]], pool: HttpPool,
+                              answer: bytes, then_close: bool, expected: tuple[int, bytes],
+                              connections: int) -> None:
+    server = await serve(keep_answering(answer, then_close=then_close))
     for _ in range(2):
-        answer = await pool.post(url(server), HEADERS, b"{}", within=5)
-        assert (answer.status, answer.body) == (202, b"abcdefg")
-    assert server.connections == 1
-
-
-async def test_an_answer_ended_by_the_close_is_complete_and_not_reused(
-        serve: Callable[[Script], Awaitable[Server]], pool: HttpPool) -> None:
-    async def script(server: Server, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\nall of it")
-        await writer.drain()
-
-    server = await serve(script)
-    for _ in range(2):
-        answer = await pool.post(url(server), HEADERS, b"{}", within=5)
-        assert (answer.status, answer.body) == (500, b"all of it")
-    assert server.connections == 2
+        got = await pool.post(url(server), HEADERS, b"{}", within=5)
+        assert (got.status, got.body) == expected
+    assert server.connections == connections
 
 
 async def test_a_connection_closed_mid_answer_is_a_transport_error(
         serve: Callable[[Script], Awaitable[Server]], pool: HttpPool) -> None:
-    async def script(server: Server, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
-        await writer.drain()
-
-    server = await serve(script)
+    server = await serve(keep_answering(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part", then_close=True))
     with pytest.raises(HttpTransportError, match="before the answer ended"):
         await pool.post(url(server), HEADERS, b"{}", within=5)
 
@@ -224,13 +210,9 @@ async def test_a_slow_answer_times_out_and_its_connection_is_dropped(
 
 async def test_a_connection_the_server_closed_while_idle_is_not_reused(
         serve: Callable[[Script], Awaitable[Server]], pool: HttpPool) -> None:
-    async def script(server: Server, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()  # then close: a server's idle timeout
-
-    server = await serve(script)
+    # then the server closes, as at its idle timeout
+    server = await serve(keep_answering(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                                        then_close=True))
     await pool.post(url(server), HEADERS, b"{}", within=5)
     await asyncio.sleep(0.1)
     answer = await pool.post(url(server), HEADERS, b"{}", within=5)
