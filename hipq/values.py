@@ -32,7 +32,7 @@ def json_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
         if kind is str:
             if "\x00" not in node and node.isascii():
                 continue
-            problem = _text_problem(node)
+            problem = text_problem(node)
         elif kind is int:
             if INT_MIN <= node <= INT_MAX:
                 continue
@@ -59,7 +59,7 @@ def _children(node: dict[Any, Any] | list[Any], depth: int, max_depth: int,
         return None
     for key, item in node.items():
         if type(key) is not str or "\x00" in key or not key.isascii():
-            problem = _text_problem(str(key))
+            problem = text_problem(str(key))
             if problem is not None:
                 return problem
         push((item, depth))
@@ -79,11 +79,12 @@ def _scalar_problem(node: Any) -> str | None:
         if not math.isfinite(node):
             return "numbers must be finite (no NaN, Infinity or 1e400)"
     elif isinstance(node, str):
-        return _text_problem(node)
+        return text_problem(node)
     return None
 
 
-def _text_problem(text: str) -> str | None:
+def text_problem(text: str) -> str | None:
+    """What keeps ``text`` out of a store (a NUL, a lone surrogate), or None."""
     if "\x00" in text:
         return "NUL characters are not allowed"
     if not text.isascii():

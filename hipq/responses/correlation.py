@@ -20,6 +20,7 @@ from typing import Any
 from hipq.config import CorrelationConfig
 from hipq.errors import HipqError, ValidationError
 from hipq.plugins import load_object
+from hipq.values import text_problem
 
 MAX_KEY_LENGTH = 500
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)\}")
@@ -50,9 +51,9 @@ def render(template: str, scope: Mapping[str, Any]) -> str:
 def _checked(key: str) -> str:
     if not key:
         raise TemplateError("correlation template produced an empty key")
-    if len(key) > MAX_KEY_LENGTH or "\x00" in key:
+    if len(key) > MAX_KEY_LENGTH or text_problem(key) is not None:
         raise TemplateError(f"a correlation key must be 1-{MAX_KEY_LENGTH} characters "
-                            "without NUL")
+                            "of valid Unicode without NUL")
     return key
 
 

@@ -69,7 +69,7 @@ from hipq.errors import HipqError, TransientStoreError
 from hipq.responses.correlation import TemplateError, response_key
 from hipq.schemas import ResponseRequest
 from hipq.store import Response, Store
-from hipq.values import INT32_MAX, json_problem
+from hipq.values import INT32_MAX, json_problem, text_problem
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +217,9 @@ def _headers(raw: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
 
 
 def _storable_key(key: str) -> str:
-    if "\x00" in key or len(key) > MAX_KEY_CHARS:
-        raise MalformedMessage(f"the correlation key is not storable (NUL characters or "
-                               f"over {MAX_KEY_CHARS} characters)")
+    if len(key) > MAX_KEY_CHARS or text_problem(key) is not None:
+        raise MalformedMessage(f"the correlation key is not storable (NUL characters, lone "
+                               f"surrogates or over {MAX_KEY_CHARS} characters)")
     return key
 
 

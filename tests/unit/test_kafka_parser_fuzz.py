@@ -9,10 +9,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hipq.config import CorrelationConfig, KafkaResponseFields
+from hipq.responses.correlation import TemplateError, render
 from hipq.responses.kafka import MAX_KEY_CHARS, MalformedMessage, ResponseParser
 from hipq.values import INT32_MAX, json_problem
 
@@ -59,6 +61,7 @@ headers = st.lists(st.tuples(st.sampled_from(["Hipq-Correlation-Key", "Hipq-Atte
                    max_size=3)
 
 
+@example(value=b'{"order": "\\ud800"}', key=None, headers=[])  # a key no store holds
 @given(value=raw_values(), key=st.none() | st.binary(max_size=12), headers=headers)
 @settings(max_examples=400, deadline=None, derandomize=True)
 def test_the_parser_returns_a_storable_response_or_a_clean_skip(
@@ -74,3 +77,11 @@ def test_the_parser_returns_a_storable_response_or_a_clean_skip(
     response.correlation_key.encode("utf-8")
     assert response.attempt is None or 1 <= response.attempt <= INT32_MAX
     assert json_problem([response.result, response.error]) is None
+
+
+@pytest.mark.parametrize("text", ["\ud800", "a\udfffb", "nul\x00"])
+def test_a_template_never_makes_a_key_no_store_holds(text: str) -> None:
+    """A lone surrogate (JSON's ``"\\ud800"`` decodes to one) or a NUL in a rendered
+    key is refused (the Kafka consumer skips the message; HTTP answers 422)."""
+    with pytest.raises(TemplateError, match="valid Unicode without NUL"):
+        render("order-{value.order}", {"value": {"order": text}})
