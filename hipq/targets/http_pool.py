@@ -190,7 +190,11 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self._reset()
         self._waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(head + body)
+        try:
+            self.transport.write(head + body)
+        except (OSError, RuntimeError) as exc:  # closed under us (uvloop raises)
+            raise HttpTransportError(f"the connection closed before the request was "
+                                     f"sent: {exc}"[:300]) from None
         return await self._waiter
 
     def _answer(self, *, truncated: bool) -> Answer:
