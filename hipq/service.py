@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from hipq.clock import Clock, SystemClock
+from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.config import QueueConfig
 from hipq.engine.throttle import build_throttler
 from hipq.errors import (
@@ -52,6 +53,7 @@ from hipq.store import (
     Response,
     Store,
 )
+from hipq.targets.http import HttpTarget
 from hipq.throttling import field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
 
@@ -333,11 +335,14 @@ def response_digest(correlation_key: str, response: ResponseRequest) -> str:
 
 
 def validate_queue(config: QueueConfig) -> None:
-    """Build the queue's plugins once, so a bad plugin path fails at creation."""
+    """Build the queue's plugins (and an HTTP target) once, so a bad plugin path, a
+    bad ``auth`` or a header that would break a request fails at creation."""
     try:
         build_throttler(config)
         build_retry(config.retry)
         correlation.check(config.correlation)
+        if isinstance(config.target, HttpTargetConfig):
+            HttpTarget(config.target, None)
     except ConfigError as exc:
         raise ValidationError(f"queue {config.id!r}: {exc}") from None
 

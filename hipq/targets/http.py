@@ -40,7 +40,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
-from hipq.config import FRAMING_HEADERS
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
@@ -181,12 +180,10 @@ def answer_text(answer: Answer) -> str:
 
 def request_headers(configured: dict[str, str]) -> bytes:
     """The header block every launch of a target sends: its configured headers (and
-    auth) over the defaults. ConfigError for a framing header or a value that would
-    break the request."""
+    auth) over the defaults. ConfigError for a value that would break the request (the
+    config refuses framing headers and such values in ``headers``; this catches them
+    in ``auth``)."""
     names = {name.lower() for name in configured}
-    framing = sorted(names & FRAMING_HEADERS)  # the config refuses them; auth cannot
-    if framing:
-        raise ConfigError(f"target headers may not set {', '.join(framing)}")
     merged = [(k, v) for k, v in DEFAULT_HEADERS.items() if k.lower() not in names]
     try:
         return header_block([*merged, *configured.items()])

@@ -63,3 +63,19 @@ async def test_a_key_with_a_line_break_fails_its_try_and_sends_nothing(
     assert (await api.call("PUT", "/v1/jobs/k/plain", {}))[0] == 201
     await downstream.wait_for(1)
     assert [b["id"] for b in downstream.received] == ["plain"]
+
+
+@pytest.mark.parametrize(("auth", "named"), [
+    ({"type": "digest", "token": "t0ken-value"}, "target auth must be"),
+    ({"type": "bearer", "token": "t0ken\r\nX-Injected: 1"}, "line break"),
+    ({"type": "basic", "password": "t0ken-value"}, "target auth must be"),
+])
+async def test_a_bad_auth_is_refused_when_the_queue_is_made(
+        live: LiveFactory, downstream: Downstream, auth: dict[str, str], named: str) -> None:
+    api = (await live()).api
+    status, body = await api.call("POST", "/v1/jobs", http_queue(
+        "auth", downstream.url, target={"auth": auth}))
+    assert status == 422, body
+    assert named in str(body)
+    assert "t0ken" not in str(body)  # the secret is never repeated
+    assert (await api.call("GET", "/v1/jobs/auth"))[0] == 404
