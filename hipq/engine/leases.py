@@ -185,7 +185,7 @@ async def adopt(store: Store, *, queue: str, owner: str, now: datetime,
     given to ``add`` before the next is read, so a takeover needs memory for a
     page, not for the whole running set. An unconfirmed launch ends as a ``lost``
     try. Returns how many were adopted."""
-    if not await store.job_adopt_many(queue=queue, ids=None, owner=owner, now=now):
+    if not await store.job_adopt_running(queue=queue, owner=owner, now=now):
         return 0
     adopted = 0
     after: str | None = None

@@ -221,10 +221,9 @@ class Store(Protocol):
         needs it. True if done; False where there is nothing to do or it is not
         allowed (the caller stops asking)."""
 
-    async def job_adopt_many(self, *, queue: str, ids: Sequence[str] | None, owner: str,
-                             now: datetime) -> int:
-        """Make ``owner`` the owner of these running jobs (``None``: of every running
-        job of the queue) after a lease takeover. Returns how many."""
+    async def job_adopt_running(self, *, queue: str, owner: str, now: datetime) -> int:
+        """Make ``owner`` the owner of every running job of the queue (a lease
+        takeover), in one statement. Returns how many."""
 
     async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
                                   now: datetime) -> int:

@@ -56,7 +56,7 @@ from hipq.store.rows import (
 log = logging.getLogger(__name__)
 
 JobKey = tuple[str, str]  # (queue, id)
-ADOPT_CHUNK = 500  # ids per adoption statement (SQLite allows 999 parameters)
+IDS_CHUNK = 500  # ids per statement of a read by id (SQLite allows 999 parameters)
 
 
 class SQLAlchemyStore(abc.ABC):
@@ -357,8 +357,8 @@ class SQLAlchemyStore(abc.ABC):
                 return [job_from_row(r._mapping) for r in await conn.execute(stmt)]
         ids, out = list(ids), list[Job]()
         async with self._tx() as conn:  # in chunks: drivers cap a statement's parameters
-            for start in range(0, len(ids), ADOPT_CHUNK):
-                chunk = stmt.where(t.c.id.in_(ids[start:start + ADOPT_CHUNK]))
+            for start in range(0, len(ids), IDS_CHUNK):
+                chunk = stmt.where(t.c.id.in_(ids[start:start + IDS_CHUNK]))
                 out.extend(job_from_row(r._mapping) for r in await conn.execute(chunk))
         return out
 
@@ -416,25 +416,12 @@ class SQLAlchemyStore(abc.ABC):
 
     # -- queued and adopted jobs ---------------------------------------------------------
 
-    async def job_adopt_many(self, *, queue: str, ids: Sequence[str] | None, owner: str,
-                             now: datetime) -> int:
+    async def job_adopt_running(self, *, queue: str, owner: str, now: datetime) -> int:
         t = s.jobs
-        if ids is None:
-            async with self._tx() as conn:
-                result = await conn.execute(t.update().where(
-                    t.c.queue == queue, t.c.status == s.RUNNING).values(owner=owner,
-                                                                         updated_at=now))
-            return int(result.rowcount)
-        if not ids:
-            return 0
-        ids, adopted = list(ids), 0
-        async with self._tx() as conn:  # in chunks: drivers cap a statement's parameters
-            for start in range(0, len(ids), ADOPT_CHUNK):
-                result = await conn.execute(t.update().where(
-                    t.c.queue == queue, t.c.id.in_(ids[start:start + ADOPT_CHUNK]),
-                    t.c.status == s.RUNNING).values(owner=owner, updated_at=now))
-                adopted += int(result.rowcount)
-        return adopted
+        async with self._tx() as conn:
+            result = await conn.execute(t.update().where(
+                t.c.queue == queue, t.c.status == s.RUNNING).values(owner=owner, updated_at=now))
+        return int(result.rowcount)
 
     async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
                                   now: datetime) -> int:

@@ -662,8 +662,7 @@ async def test_adopt_running_jobs(store: Store, clock: FakeClock) -> None:
     await insert(store, make_job(clock, "queued"))
 
     assert [j.id for j in await store.job_load_running(queue=Q)] == ["j1"]
-    assert await store.job_adopt_many(queue=Q, ids=["j1", "queued"], owner=OTHER,
-                                      now=clock.now()) == 1
+    assert await store.job_adopt_running(queue=Q, owner=OTHER, now=clock.now()) == 1
     assert await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now()) == set()
     assert await store.persist_batch(changes=[archive(job)], owner=OTHER,
                                      now=clock.now()) == {(Q, "j1")}
@@ -689,7 +688,7 @@ async def test_an_adoption_takes_every_running_job_of_the_queue(
     await insert(store, make_job(clock, "queued"))
     await start(store, clock, make_job(clock, "elsewhere", queue="other"))
 
-    assert await store.job_adopt_many(queue=Q, ids=None, owner=OTHER, now=clock.now()) == 2
+    assert await store.job_adopt_running(queue=Q, owner=OTHER, now=clock.now()) == 2
     assert {j.owner for j in await store.job_load_running(queue=Q)} == {OTHER}
     assert (await get(store, "queued")).owner is None
     [other] = await store.job_load_running(queue="other")
