@@ -23,8 +23,11 @@ number, or an ISO 8601 time) in the try's error data; ``hipq.retry.decide`` then
 waits at least that long before the next try.
 
 All targets of a daemon share one :class:`HttpClient`, whose keep-alive
-connections are :mod:`hipq.targets.http_pool`'s; each target (one per queue) bounds
-its own requests in flight (``max_in_flight``). The target's ``headers`` may replace
+connections are :mod:`hipq.targets.http_pool`'s (at most :data:`CONNECTION_LIMIT`
+requests in flight per origin); each target (one per queue) bounds its own requests
+in flight (``max_in_flight``). Waiting for a slot (the target's, then the origin's)
+counts within ``timeout_seconds``: a launch never takes longer in all, and no slot in
+time is a ``timeout`` like no answer in time. The target's ``headers`` may replace
 the ``User-Agent``, ``Accept-Encoding`` and ``Content-Type`` it sends by default, not
 the headers that frame the request (``Host``, ``Content-Length``, ``Connection``...).
 """
@@ -49,7 +52,7 @@ from hipq.targets.http_pool import Answer, HttpPool, HttpTransportError, Target,
 from hipq.values import json_problem
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
-CONNECTION_LIMIT = 200  # sockets in the shared pool, across every downstream
+CONNECTION_LIMIT = 200  # requests in flight (and sockets) per downstream origin
 DEFAULT_HEADERS = {"User-Agent": "hipq", "Accept-Encoding": "identity",
                    "Content-Type": "application/json"}
 BODY_EXCERPT = 2000  # characters of a failing answer kept on the try
@@ -142,18 +145,32 @@ class HttpTarget:
                                               "HTTP header (it has a line break or NUL)"})
         target = self._target or _parse_url(self.url_for(job))
         body = json.dumps(self.body_for(job, key), separators=(",", ":")).encode()
-        async with self._slots:
-            try:
-                answer = await self.client.pool.post(target, headers, body,
-                                                     within=self.config.timeout_seconds)
-            except TimeoutError:
-                raise TransientLaunchError(f"no answer within {self.config.timeout_seconds}s",
-                                           kind=ErrorKind.TIMEOUT) from None
-            except HttpTransportError as exc:
-                raise TransientLaunchError(f"{exc}"[:BODY_EXCERPT],
-                                           kind=ErrorKind.TRANSPORT) from None
+        try:
+            answer = await self._post(self.client.pool, target, headers, body)
+        except TimeoutError:
+            raise TransientLaunchError(f"no answer within {self.config.timeout_seconds}s",
+                                       kind=ErrorKind.TIMEOUT) from None
+        except HttpTransportError as exc:
+            raise TransientLaunchError(f"{exc}"[:BODY_EXCERPT],
+                                       kind=ErrorKind.TRANSPORT) from None
         outcome = self._outcome(answer.status, answer.content_type, answer_text(answer))
         return with_retry_after(outcome, answer)
+
+    async def _post(self, pool: HttpPool, target: Target, headers: bytes,
+                    body: bytes) -> Answer:
+        """One of the target's slots, then the request: both within the launch's
+        timeout (TimeoutError)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.timeout_seconds
+        if self._slots.locked():  # wait for a slot (a free one is taken without a timer)
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        else:
+            await self._slots.acquire()
+        try:
+            return await pool.post(target, headers, body, within=deadline - loop.time())
+        finally:
+            self._slots.release()
 
     async def close(self) -> None:
         return None  # the session belongs to the daemon's HttpClient

@@ -11,16 +11,25 @@ refuses malformed ones.
 
 What it does: connections per origin (scheme, host, port), reused LIFO while the
 server keeps them alive, closed after :data:`KEEPALIVE_SECONDS` idle; at most
-``limit`` requests in flight across all origins; TLS with the system's trust store
-(``https``). The whole request (connect, send, answer) runs within the caller's
+``limit`` requests in flight per origin, so one slow origin never delays requests to
+another; TLS with the system's trust store (``https``). The whole request (the wait
+for one of its origin's slots, connect, send, answer) runs within the caller's
 timeout. What it does not: redirects (a 3xx is an answer like any other), proxies,
-cookies, compression (``Accept-Encoding: identity``), retries (a POST is not
-repeated: a dropped connection is the caller's transport failure).
+cookies, compression (``Accept-Encoding: identity``), protocol upgrades, retries (a
+POST is not repeated: a dropped connection is the caller's transport failure).
 
-Failure modes: a connection error, a malformed answer, or a connection closed before
-a length-delimited answer ended raise :class:`HttpTransportError`; the connection is
-closed and never reused. A timeout or a cancellation closes the connection (its state
-is unknown). An answer over the cap is cut at the cap and its connection closed.
+Failure modes: a connection error, a malformed answer, a ``101 Switching Protocols``,
+heads (status line and headers, interim answers included) past
+:data:`MAX_HEAD_BYTES` (counted as they arrive: a header that never ends is refused
+at the limit), or a connection closed before a length-delimited answer ended raise
+:class:`HttpTransportError`; the connection is closed and never reused. Bytes after
+the answer that no request asked for (a second answer, or the start of one) close
+the connection: they are never taken for the answer to the next request. No slot,
+connection or answer in time raises TimeoutError; a timeout or a cancellation closes
+the connection (its state is unknown). An answer over the cap is cut at the cap and
+its connection closed, and so is one whose bytes other than its body (chunk sizes,
+trailers) go past :data:`MAX_FRAMING_BYTES`. An answer's headers are its own:
+nothing parsed later changes them.
 """
 
 from __future__ import annotations
@@ -37,7 +46,8 @@ import yarl
 
 KEEPALIVE_SECONDS = 30.0  # an idle connection is closed after this long
 MAX_IDLE_PER_ORIGIN = 256  # idle connections kept per origin (the rest are closed)
-MAX_HEAD_BYTES = 64 * 1024  # status line and headers of an answer
+MAX_HEAD_BYTES = 64 * 1024  # status lines and headers of a request's answer
+MAX_FRAMING_BYTES = 2 * MAX_HEAD_BYTES  # an answer's bytes but its body (past it: cut)
 
 
 class HttpTransportError(Exception):
@@ -111,12 +121,14 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[Answer] | None = None
+        self._headers: dict[str, str] = {}
+        self._read = 0  # bytes of the current request's answer, counted as they arrive
         self._reset()
 
     def _reset(self) -> None:
+        """Ready for the next message (the head bytes of an interim answer count on)."""
         self._status = 0
-        self._headers: dict[str, str] = {}
-        self._head_bytes = 0
+        self._headers.clear()  # never an answer's: _answer hands its dict over
         self._body: list[bytes] = []
         self._size = 0
         self._head_done = False
@@ -130,10 +142,31 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._waiter is None or self._waiter.done():
             self._close()  # nobody asked: a server that talks out of turn is not reused
-            return
+        elif not self._head_done:
+            self._feed_head(data)
+        else:
+            self._read += len(data)
+            self._feed(data)
+            if self._read - self._size > MAX_FRAMING_BYTES:  # a trailer that never ends
+                self._finish(truncated=True)
+
+    def _feed_head(self, data: bytes) -> None:
+        """Count the head's bytes as they arrive (llhttp reports a header only once its
+        value ended, and gathers the value until then): refused past MAX_HEAD_BYTES."""
+        room = MAX_HEAD_BYTES - self._read  # >= 0 while the head is not done
+        self._read += len(data)
+        if len(data) > room:  # past the limit, unless the head ends within it
+            self._feed(data[:room])
+            if not self._head_done:
+                self._fail(HttpTransportError("the answer's headers are too large"))
+                return
+            data = data[room:]
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._fail(self._refusal or HttpTransportError(f"malformed answer: {exc}"[:300]))
 
     def eof_received(self) -> bool:
@@ -154,11 +187,11 @@ class _Connection(asyncio.Protocol):
 
     # -- llhttp's callbacks ----------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self._waiter is not None and self._waiter.done():  # the request has its answer
+            raise self._refuse("the server sent more than the answer")
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_bytes += len(name) + len(value)
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._refusal = HttpTransportError("the answer's headers are too large")
-            raise self._refusal
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -179,15 +212,23 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self._status < 200:  # an interim answer (103 Early Hints): wait on
+            if self._status == 101:
+                raise self._refuse("the server switched protocols (HTTP 101)")
             self._reset()
             return
         self._finish(truncated=False)
+
+    def _refuse(self, reason: str) -> HttpTransportError:
+        """The error for the request, raised in a callback to stop llhttp."""
+        self._refusal = HttpTransportError(reason)
+        return self._refusal
 
     # -- the client's side -----------------------------------------------------------
 
     async def request(self, head: bytes, body: bytes) -> Answer:
         assert self.transport is not None
         self.reusable = False
+        self._read = 0
         self._reset()
         self._waiter = asyncio.get_running_loop().create_future()
         try:
@@ -198,7 +239,8 @@ class _Connection(asyncio.Protocol):
         return await self._waiter
 
     def _answer(self, *, truncated: bool) -> Answer:
-        return Answer(self._status, self._headers, b"".join(self._body), truncated)
+        headers, self._headers = self._headers, {}  # the answer's own from now on
+        return Answer(self._status, headers, b"".join(self._body), truncated)
 
     def _finish(self, *, truncated: bool) -> None:
         waiter = self._waiter
@@ -225,49 +267,69 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+class _Origin:
+    """One origin's connection slots and idle connections."""
+
+    __slots__ = ("address", "idle", "slots", "users")
+
+    def __init__(self, address: tuple[str, str, int], limit: int) -> None:
+        self.address = address
+        self.slots = asyncio.Semaphore(limit)
+        self.idle: list[_Connection] = []  # reused last in, first out
+        self.users = 0  # requests holding or waiting for a slot
+
+
 class HttpPool:
     """Keep-alive connections per origin; ``post`` is one request and its answer."""
 
     def __init__(self, *, limit: int, cap: int,
                  ssl_context: ssl.SSLContext | None = None) -> None:
-        self._slots = asyncio.Semaphore(limit)
+        self._limit = limit  # requests in flight per origin
         self._cap = cap
         self._ssl = ssl_context
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._origins: dict[tuple[str, str, int], _Origin] = {}
         self._swept = time.monotonic()
         self._closed = False
 
     async def post(self, target: Target, headers: bytes, body: bytes, *,
                    within: float) -> Answer:
         """POST ``body`` to ``target`` with the ``headers`` block (:func:`header_block`:
-        every header but Host and Content-Length) within ``within`` seconds
-        (TimeoutError)."""
+        every header but Host and Content-Length) within ``within`` seconds, the wait
+        for a slot included (TimeoutError)."""
         head = (f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\n"
                 f"Content-Length: {len(body)}\r\n").encode("ascii") + headers + b"\r\n"
-        async with self._slots:
-            if self._closed:
-                raise HttpTransportError("the HTTP client is closed")
-            conn: _Connection | None = None
-            try:
-                async with asyncio.timeout(within):
-                    conn = self._reuse(target.origin) or await self._connect(target.origin)
-                    answer = await conn.request(head, body)
-            except BaseException:
-                if conn is not None:
-                    conn.abort()
-                raise
-            self._release(target.origin, conn)
-            return answer
+        origin = self._origins.get(target.origin) or self._add(target.origin)
+        origin.users += 1
+        conn: _Connection | None = None
+        try:
+            async with asyncio.timeout(within), origin.slots:
+                if self._closed:
+                    raise HttpTransportError("the HTTP client is closed")
+                conn = self._reuse(origin) or await self._connect(origin.address)
+                answer = await conn.request(head, body)
+                self._release(origin, conn)
+        except BaseException:
+            if conn is not None:
+                conn.abort()
+            raise
+        finally:
+            origin.users -= 1
+        return answer
 
     async def close(self) -> None:
         self._closed = True
-        for conns in self._idle.values():
-            for conn in conns:
+        for origin in self._origins.values():
+            for conn in origin.idle:
                 conn.abort()
-        self._idle.clear()
+            origin.idle.clear()
+        self._origins.clear()
 
-    def _reuse(self, origin: tuple[str, str, int]) -> _Connection | None:
-        conns = self._idle.get(origin)
+    def _add(self, address: tuple[str, str, int]) -> _Origin:
+        origin = self._origins[address] = _Origin(address, self._limit)
+        return origin
+
+    def _reuse(self, origin: _Origin) -> _Connection | None:
+        conns = origin.idle
         now = time.monotonic()
         while conns:
             conn = conns.pop()
@@ -278,8 +340,8 @@ class HttpPool:
             conn.abort()
         return None
 
-    async def _connect(self, origin: tuple[str, str, int]) -> _Connection:
-        scheme, host, port = origin
+    async def _connect(self, address: tuple[str, str, int]) -> _Connection:
+        scheme, host, port = address
         context: ssl.SSLContext | None = None
         if scheme == "https":
             context = self._ssl or _default_context()
@@ -292,7 +354,7 @@ class HttpPool:
             raise HttpTransportError(f"cannot connect to {host}:{port}: {exc}"[:300]) from None
         return conn
 
-    def _release(self, origin: tuple[str, str, int], conn: _Connection) -> None:
+    def _release(self, origin: _Origin, conn: _Connection) -> None:
         transport = conn.transport
         if not conn.reusable or transport is None or transport.is_closing() or self._closed:
             conn.abort()
@@ -300,25 +362,23 @@ class HttpPool:
         now = time.monotonic()
         if now - self._swept > KEEPALIVE_SECONDS:
             self._sweep(now)
-        conns = self._idle.setdefault(origin, [])
-        if len(conns) >= MAX_IDLE_PER_ORIGIN:
+        if len(origin.idle) >= MAX_IDLE_PER_ORIGIN:
             conn.abort()
             return
         conn.idle_since = now
-        conns.append(conn)
+        origin.idle.append(conn)
 
     def _sweep(self, now: float) -> None:
-        """Close the connections idle for too long, in every origin."""
+        """Close the connections idle for too long, in every origin; forget the origins
+        nobody uses."""
         self._swept = now
-        for origin, conns in list(self._idle.items()):
-            keep = [c for c in conns if now - c.idle_since < KEEPALIVE_SECONDS]
-            for conn in conns:
+        for address, origin in list(self._origins.items()):
+            for conn in origin.idle:
                 if now - conn.idle_since >= KEEPALIVE_SECONDS:
                     conn.abort()
-            if keep:
-                self._idle[origin] = keep
-            else:
-                del self._idle[origin]
+            origin.idle[:] = [c for c in origin.idle if now - c.idle_since < KEEPALIVE_SECONDS]
+            if not origin.idle and not origin.users:
+                del self._origins[address]
 
 
 _CONTEXT: ssl.SSLContext | None = None
