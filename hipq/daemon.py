@@ -1,11 +1,14 @@
 """The daemon: store + reconciler + APScheduler, with a graceful shutdown.
 
 ``Daemon.run(stop=event, ready=event)`` opens the store, migrates it, applies the
-YAML queues (an upsert), and runs the reconcile tick as an APScheduler interval
-job, woken early (debounced) by work arriving in this process. On ``stop`` it
-stops fetching, lets in-flight launches finish and be recorded, runs a final
-persist-only tick, releases its leases and closes the pool; running jobs stay
-running in the database for the next owner.
+YAML queues (an upsert), and starts the parts: the API, the response consumer, and
+the :class:`~hipq.engine.driver.TickDriver`, the one task that runs reconcile
+ticks. APScheduler fires the periodic tick (every ``reconcile.interval_seconds``),
+the lease refresh, archive pruning and recurring schedules; work arriving in this
+process wakes the driver early (debounced). On ``stop`` the driver finishes its
+tick and ends, in-flight launches finish and are recorded, a final persist-only
+tick runs, the leases are released and the pool closed; running jobs stay running
+in the database for the next owner.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from datetime import UTC, timedelta
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -29,6 +32,7 @@ from hipq.api import ApiDeps, ApiServer
 from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
 from hipq.engine import Reconciler
+from hipq.engine.driver import TickDriver
 from hipq.errors import ConfigError, HipqError, TransientStoreError
 from hipq.metrics import Metrics
 from hipq.responses.signing import load_signer
@@ -84,9 +88,8 @@ class Daemon:
         self.migrate = migrate
         self.owner = make_owner_id()
         self._stack = AsyncExitStack()
-        self._tick_lock = asyncio.Lock()
-        self._again = False
-        self._wake_handle: asyncio.TimerHandle | None = None
+        self._driver = TickDriver(self._tick, clock=self.clock,
+                                  debounce=settings.reconcile.debounce_seconds)
         self._scheduler: AsyncIOScheduler | None = None
         self._opened: _Opened | None = None
         self.api_port: int | None = None  # the bound port once the API serves
@@ -201,6 +204,9 @@ class Daemon:
             self._stack.push_async_callback(parts.api.stop)
             if parts.http.public_url is None:
                 parts.http.public_url = parts.api.url
+        self._driver.start()
+        self._stack.push_async_callback(self._driver.stop)
+        self._driver.due()  # the first tick at once
         self._start_scheduler()
         self._stack.callback(self._stop_scheduler)
         if parts.kafka_consumer is not None:
@@ -209,30 +215,30 @@ class Daemon:
 
     def _start_scheduler(self) -> None:
         scheduler = AsyncIOScheduler(timezone=UTC)
-        scheduler.add_job(self._scheduled_tick, "interval", id="reconcile",
+        scheduler.add_job(self._periodic_tick, "interval", id="reconcile",
                           seconds=self.settings.reconcile.interval_seconds,
-                          next_run_time=datetime.now(UTC), max_instances=3, coalesce=True,
-                          misfire_grace_time=None)
+                          max_instances=1, coalesce=True, misfire_grace_time=None)
         # leases on their own cadence, whatever interval_seconds is (scale-out)
         scheduler.add_job(self._lease_job, "interval", id="leases",
                           seconds=self.settings.reconcile.lease_seconds / 3,
                           max_instances=1, coalesce=True, misfire_grace_time=None)
         scheduler.add_job(self.prune, "interval", id="prune", seconds=PRUNE_INTERVAL_SECONDS,
                           max_instances=1, coalesce=True)
-        if self.schedules is not None and self.schedules.schedules:  # SPEC 14
+        if self.schedules is not None and self.schedules.schedules:  # docs/configuration.md
             scheduler.add_job(self.schedules.run_once, "interval", id="schedules",
-                              seconds=SCHEDULE_POLL_SECONDS, next_run_time=datetime.now(UTC),
-                              max_instances=1, coalesce=True)
+                              seconds=SCHEDULE_POLL_SECONDS, max_instances=1, coalesce=True)
+            self._spawn_first(self.schedules.run_once())
         scheduler.start()
         self._scheduler = scheduler
 
-    async def _scheduled_tick(self) -> None:
-        """The APScheduler job. The scheduler's shutdown cancels the jobs it is running,
-        and a tick cut short can leave jobs marked running that were never launched
-        (their next owner fails them as ``lost``): the tick is shielded, and
-        :meth:`shutdown` waits for it on the tick lock."""
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(self.tick())
+    async def _periodic_tick(self) -> None:
+        """APScheduler's reconcile job: ask the driver for a tick (it runs there)."""
+        self._driver.due()
+
+    def _spawn_first(self, first: Coroutine[Any, Any, object]) -> None:
+        """Run a scheduler job's first pass now, owned: cancelled at shutdown."""
+        task = asyncio.create_task(first)
+        self._stack.push_async_callback(_cancelled, task)
 
     # -- scale-out: lease cadence and wake-ups across daemons ---------------------------
 
@@ -240,16 +246,13 @@ class Daemon:
         """Every third of ``lease_seconds``: a tick renews and rebalances the leases;
         if a tick is running (a long one), renew beside it so no lease lapses."""
         leases = self.reconciler.leases
-        if self._tick_lock.locked():
+        leases.force = True
+        if self._driver.running:
             try:
                 await leases.renew(self.clock.now())
             except HipqError as exc:
                 log.warning("lease renewal failed: %s", exc, extra={"action": "lease_error"})
-            self._again = True
-            return
-        leases.force = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(self.tick())
+        self._driver.due()
 
     async def _start_notifier(self) -> None:
         if not self.settings.database.notify or self.store.dialect != "postgresql":
@@ -266,8 +269,7 @@ class Daemon:
     def _notified(self, payload: str) -> None:
         if payload == MEMBERS:
             self.reconciler.leases.force = True
-            if self._scheduler is not None:
-                self._wake_now()
+            self._driver.due()
             return
         if self._opened is not None:  # maybe responses written by another daemon
             self._opened.reconciler.inbox.arrived()
@@ -302,48 +304,28 @@ class Daemon:
     def wake(self) -> None:
         """Run a tick soon (debounced); safe to call often and from callbacks.
         A no-op with ``reconcile.early_wake: false`` (ticks only at the interval)."""
-        if not self.settings.reconcile.early_wake:
-            return
-        if self._tick_lock.locked():
-            self._again = True
-            return
-        if self._wake_handle is not None or self._scheduler is None:
-            return
-        loop = asyncio.get_running_loop()
-        self._wake_handle = loop.call_later(self.settings.reconcile.debounce_seconds,
-                                            self._wake_now)
-
-    def _wake_now(self) -> None:
-        self._wake_handle = None
-        task = asyncio.ensure_future(self.tick())
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        if self.settings.reconcile.early_wake:
+            self._driver.wake()
 
     async def tick(self) -> None:
-        """One reconcile pass (repeated while work keeps arriving); never raises."""
-        if self._tick_lock.locked():
-            self._again = True
-            return
-        async with self._tick_lock:
-            self._again = True
-            while self._again:
-                self._again = False
-                started = self.clock.monotonic()
-                try:
-                    result = await self.reconciler.run_once()
-                except TransientStoreError as exc:
-                    log.warning("reconcile tick skipped: %s", exc, extra={"action": "tick_error"})
-                    return
-                except Exception:
-                    log.exception("reconcile tick failed", extra={"action": "tick_error"})
-                    return
-                if self.metrics.observe_tick(result, self.clock.monotonic() - started):
-                    log_failures(result.ended)
-                if self._again:
-                    # After a full batch more is due at once: only let the launches
-                    # run (one pass of the event loop); else gather the wake-ups.
-                    full = result.launched >= self.settings.reconcile.fetch_limit
-                    pause = 0.0 if full else self.settings.reconcile.debounce_seconds
-                    await asyncio.sleep(pause)  # noqa: TID251
+        """Ask for a tick now and wait until it ran (tests and embedders)."""
+        await self._driver.tick_now()
+
+    async def _tick(self) -> bool:
+        """One reconcile pass, run by the driver; never raises. True when it launched
+        a full batch (more is due at once)."""
+        started = self.clock.monotonic()
+        try:
+            result = await self.reconciler.run_once()
+        except TransientStoreError as exc:
+            log.warning("reconcile tick skipped: %s", exc, extra={"action": "tick_error"})
+            return False
+        except Exception:
+            log.exception("reconcile tick failed", extra={"action": "tick_error"})
+            return False
+        if self.metrics.observe_tick(result, self.clock.monotonic() - started):
+            log_failures(result.ended)
+        return result.launched >= self.settings.reconcile.fetch_limit
 
     async def prune(self) -> None:
         before = self.clock.now() - timedelta(days=self.settings.archive.retention_days)
@@ -355,8 +337,6 @@ class Daemon:
             log.warning("archive pruning failed: %s", exc, extra={"action": "prune_error"})
 
     def _stop_scheduler(self) -> None:
-        if self._wake_handle is not None:
-            self._wake_handle.cancel()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
@@ -367,17 +347,17 @@ class Daemon:
         jobs stay running in the database for the next owner."""
         reconciler = self.reconciler
         reconciler.stop()
+        await self._driver.stop()  # its tick in progress ends; no other starts
         try:
-            async with self._tick_lock:
-                try:
-                    await asyncio.wait_for(reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
-                except TimeoutError:
-                    log.warning("some launches were still in flight at shutdown")
-                started = self.clock.monotonic()
-                result = await reconciler.run_once()
-                if self.metrics.observe_tick(result, self.clock.monotonic() - started):
-                    log_failures(result.ended)
-                await reconciler.write_back_rates()
+            try:
+                await asyncio.wait_for(reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
+            except TimeoutError:
+                log.warning("some launches were still in flight at shutdown")
+            started = self.clock.monotonic()
+            result = await reconciler.run_once()
+            if self.metrics.observe_tick(result, self.clock.monotonic() - started):
+                log_failures(result.ended)
+            await reconciler.write_back_rates()
             await self.store.lease_release_all(owner=self.owner)
             await self.store.daemon_leave(owner=self.owner)
             if self.notifier is not None:  # the others take the queues over at once
@@ -389,6 +369,12 @@ class Daemon:
         """Close everything :meth:`open` and :meth:`run` started, in reverse order."""
         log.info("shutting down", extra={"action": "stop"})
         await self._stack.aclose()
+
+
+async def _cancelled(task: asyncio.Task[object]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 @dataclass(frozen=True, slots=True)
