@@ -19,6 +19,7 @@ from typing import Any
 
 from hipq.config import CorrelationConfig
 from hipq.errors import HipqError, ValidationError
+from hipq.paths import MISSING, as_text, lookup
 from hipq.plugins import load_object
 from hipq.values import text_problem
 
@@ -30,22 +31,20 @@ class TemplateError(ValidationError):
     code = "correlation_template"
 
 
-def lookup(path: str, scope: Mapping[str, Any]) -> Any:
-    node: Any = scope
-    for part in path.split("."):
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise TemplateError(f"correlation template field {{{path}}} is missing")
-    if node is None or isinstance(node, Mapping | list):
+def field(path: str, scope: Mapping[str, Any]) -> str:
+    """The field at ``path`` as text (:mod:`hipq.paths`); TemplateError if it is
+    missing or not a scalar."""
+    value = lookup(scope, path)
+    if value is MISSING:
+        raise TemplateError(f"correlation template field {{{path}}} is missing")
+    text = as_text(value)
+    if text is None:
         raise TemplateError(f"correlation template field {{{path}}} is not a scalar")
-    return node
+    return text
 
 
 def render(template: str, scope: Mapping[str, Any]) -> str:
-    return _checked(_FIELD.sub(lambda m: str(lookup(m.group(1), scope)), template))
+    return _checked(_FIELD.sub(lambda m: field(m.group(1), scope), template))
 
 
 def _checked(key: str) -> str:

@@ -28,6 +28,11 @@ The correlation key of a message, first found wins:
   has one, in id order;
 * the message key.
 
+The templates are read from the store at most every ``TEMPLATE_REFRESH_SECONDS``;
+a batch holding a message that none matched (and that has no key) reads them
+again at once and parses such messages again, so a response to a queue created
+or changed a moment ago (here or on another daemon) is not lost.
+
 The response fields are read from the JSON value at ``kafka.response_fields``
 (dotted paths; defaults ``status``, ``retryable``, ``result``, ``error``,
 ``attempt``, ``extend_seconds``; a missing ``attempt`` falls back to the
@@ -66,6 +71,7 @@ from pydantic import ValidationError as PydanticValidationError
 from hipq.clock import Clock, SystemClock
 from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.errors import HipqError, TransientStoreError
+from hipq.paths import MISSING, lookup
 from hipq.responses.correlation import TemplateError, response_key
 from hipq.schemas import ResponseRequest
 from hipq.store import Response, Store
@@ -84,6 +90,11 @@ STOP_GRACE_SECONDS = 10.0
 
 class MalformedMessage(ValueError):
     """A response message that cannot be turned into a response."""
+
+
+class NoCorrelationKey(MalformedMessage):
+    """No header, no template of the queues as last read, no message key: maybe a
+    template read since would match."""
 
 
 class KafkaCommitStuck(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
@@ -139,7 +150,7 @@ class ResponseParser:
         if key:
             return key
         detail = "; ".join(problems) if problems else "no response template matched"
-        raise MalformedMessage(f"no correlation key (no {CORRELATION_HEADER} header, no "
+        raise NoCorrelationKey(f"no correlation key (no {CORRELATION_HEADER} header, no "
                                f"message key; {detail})")
 
     def _fields(self, value: Mapping[str, Any], headers: Mapping[str, str]) -> ResponseRequest:
@@ -236,12 +247,9 @@ def _json_object(raw: bytes | None) -> dict[str, Any]:
 
 
 def _get(value: Mapping[str, Any], path: str) -> Any:
-    node: Any = value
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
+    """The field at ``path`` (:func:`hipq.paths.lookup`), None where there is none."""
+    found = lookup(value, path)
+    return None if found is MISSING else found
 
 
 class KafkaResponseConsumer:
@@ -334,14 +342,7 @@ class KafkaResponseConsumer:
 
     async def _handle(self, consumer: AIOKafkaConsumer,
                       batches: Mapping[TopicPartition, Sequence[Any]]) -> None:
-        await self._refresh_templates()
-        parsed: list[tuple[Any, Response]] = []
-        for records in batches.values():
-            for record in records:
-                self.stats.consumed += 1
-                response = self._parse(record)
-                if response is not None:
-                    parsed.append((record, response))
+        parsed = await self._parse_batch([r for rs in batches.values() for r in rs])
         try:
             ids = await self._insert(parsed)
         except TransientStoreError as exc:
@@ -393,15 +394,45 @@ class KafkaResponseConsumer:
         log.warning("skipping a Kafka response the database refused at %s/%d offset %d: %s",
                     *where, type(exc).__name__, extra={"action": "kafka_response_malformed"})
 
+    async def _parse_batch(self, records: Sequence[Any]) -> list[tuple[Any, Response]]:
+        """Parse a polled batch. A message that no template matched may answer a
+        queue created or changed since the templates were read: the templates are
+        read again (once per batch) and such messages parsed again before they are
+        given up as malformed."""
+        refreshed = await self._refresh_templates()
+        parsed: list[tuple[Any, Response]] = []
+        keyless: list[Any] = []
+        for record in records:
+            self.stats.consumed += 1
+            try:
+                parsed.append((record, self.parser.parse(record)))
+            except NoCorrelationKey as exc:
+                if refreshed:
+                    self._parse_failed(record, exc)
+                else:
+                    keyless.append(record)
+            except MalformedMessage as exc:
+                self._parse_failed(record, exc)
+        if keyless:
+            await self._refresh_templates(force=True)
+            for record in keyless:
+                response = self._parse(record)
+                if response is not None:
+                    parsed.append((record, response))
+        return parsed
+
     def _parse(self, record: Any) -> Response | None:
         try:
             return self.parser.parse(record)
         except MalformedMessage as exc:
-            self.stats.malformed += 1
-            log.warning("skipping a malformed Kafka response at %s/%d offset %d: %s",
-                        record.topic, record.partition, record.offset, exc,
-                        extra={"action": "kafka_response_malformed"})
+            self._parse_failed(record, exc)
             return None
+
+    def _parse_failed(self, record: Any, exc: MalformedMessage) -> None:
+        self.stats.malformed += 1
+        log.warning("skipping a malformed Kafka response at %s/%d offset %d: %s",
+                    record.topic, record.partition, record.offset, exc,
+                    extra={"action": "kafka_response_malformed"})
 
     # -- commits that do not block the next poll (issue 12) ----------------------------
 
@@ -446,19 +477,22 @@ class KafkaResponseConsumer:
             self.stats.commit_failures += 1
             raise KafkaCommitStuck(f"no offset commit within {limit:g}s") from None
 
-    async def _refresh_templates(self) -> None:
-        if self.clock.monotonic() - self._templates_at < TEMPLATE_REFRESH_SECONDS:
-            return
+    async def _refresh_templates(self, *, force: bool = False) -> bool:
+        """Read the queues' response templates if the last read is older than
+        TEMPLATE_REFRESH_SECONDS (or ``force``); whether they were read now."""
+        if not force and self.clock.monotonic() - self._templates_at < TEMPLATE_REFRESH_SECONDS:
+            return False
         try:
             queues = await self.store.queue_list()
         except HipqError as exc:
             log.warning("cannot refresh queue correlation templates: %s", exc)
-            return
+            return False
         self._templates_at = self.clock.monotonic()
         self.parser.correlations = dict(sorted(
             (q.id, q.config.correlation) for q in queues
             if q.config.correlation is not None
             and (q.config.correlation.response or q.config.correlation.plugin)))
+        return True
 
     async def _pause_point(self, written: int) -> None:
         """Test hook: stop between the inbox insert and the commit (see module doc)."""

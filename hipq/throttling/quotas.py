@@ -17,21 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hipq.jobs import Job
+from hipq.paths import field_text
 from hipq.spec import QuotaSpec
 
 DEFAULT_GROUP = "__default__"
 
 
 def field_value(data: Mapping[str, Any], path: str) -> str | None:
-    """The scalar at a dotted path in a job's data, as text (None if absent)."""
-    node: Any = data
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    if isinstance(node, bool) or not isinstance(node, str | int | float):
-        return None
-    return str(node)
+    """The scalar at a dotted path in a job's data, as text (None if absent):
+    :func:`hipq.paths.field_text`."""
+    return field_text(data, path)
 
 
 def group_of(data: Mapping[str, Any], path: str, listed: Container[str]) -> str:

@@ -83,8 +83,8 @@ def kafka_settings(db_url: str, bootstrap: str, *, group: str, response_topics: 
 
 
 @asynccontextmanager
-async def running_daemon(settings: Settings) -> AsyncIterator[Daemon]:
-    daemon = Daemon(settings)
+async def running_daemon(settings: Settings, **options: Any) -> AsyncIterator[Daemon]:
+    daemon = Daemon(settings, **options)
     await daemon.open()
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(daemon.run(stop=stop, ready=ready))
