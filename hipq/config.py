@@ -38,7 +38,7 @@ DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
 DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
-DEFAULT_PLUGIN_MODULES = ("plugins", "hipq")
+DEFAULT_PLUGIN_MODULES = ("plugins", "hipq.contrib")
 MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
 MAX_SECONDS = 10 * 365 * 86400.0  # durations beyond this would overflow a timestamp
 

@@ -88,19 +88,47 @@ def _key_types(state: str, ordering: Ordering) -> list[type]:
     return [int, datetime, str]
 
 
+@dataclass(frozen=True, slots=True)
+class LiveListing:
+    """One listing (a queue, a state, a starting cursor) read in chunks."""
+
+    store: Store
+    queue: str
+    state: str
+    ordering: Ordering
+    after: list[Any] | None
+
+    @classmethod
+    async def open(cls, store: Store, *, queue: str, state: str,
+                   cursor: str | None) -> LiveListing:
+        """Raises :class:`~hipq.errors.QueueNotFound` for an unknown queue and
+        :class:`InvalidCursor` for a cursor another listing gave out."""
+        record = await store.queue_get(queue)
+        if record is None:
+            raise QueueNotFound(queue)
+        ordering = record.config.ordering
+        after = None if cursor is None else decode_cursor(cursor, state=state,
+                                                           ordering=ordering)
+        return cls(store, queue, state, ordering, after)
+
+    async def read(self, limit: int, after: list[Any] | None) -> list[Job]:
+        """Up to ``limit`` jobs after the sort key ``after``."""
+        return await self.store.job_list_live(queue=self.queue, state=self.state,
+                                              ordering=self.ordering, limit=limit, after=after)
+
+    def key_of(self, job: Job) -> list[Any]:
+        return sort_key(job, state=self.state, ordering=self.ordering)
+
+    def cursor_after(self, job: Job) -> str:
+        return encode_cursor(self.state, self.key_of(job))
+
+
 async def list_live(store: Store, *, queue: str, state: str, limit: int,
                     cursor: str | None = None) -> LivePage:
-    """One page of ``queue``'s jobs in ``state`` (queued or running). Raises
-    :class:`~hipq.errors.QueueNotFound` for an unknown queue."""
-    record = await store.queue_get(queue)
-    if record is None:
-        raise QueueNotFound(queue)
-    ordering = record.config.ordering
-    after = None if cursor is None else decode_cursor(cursor, state=state, ordering=ordering)
-    jobs = await store.job_list_live(queue=queue, state=state, ordering=ordering,
-                                     limit=limit + 1, after=after)
+    """One page of ``queue``'s jobs in ``state`` (queued or running), for the CLI.
+    Raises :class:`~hipq.errors.QueueNotFound` for an unknown queue."""
+    listing = await LiveListing.open(store, queue=queue, state=state, cursor=cursor)
+    jobs = await listing.read(limit + 1, listing.after)
     page = jobs[:limit]
-    more = len(jobs) > limit
-    next_cursor = (encode_cursor(state, sort_key(page[-1], state=state, ordering=ordering))
-                   if more else None)
+    next_cursor = listing.cursor_after(page[-1]) if len(jobs) > limit else None
     return LivePage(jobs=page, next_cursor=next_cursor)

@@ -47,6 +47,7 @@ from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.store import (
     InsertOutcome,
     InsertStatus,
+    JobHistory,
     ListedResponse,
     QueueRecord,
     QueueStats,
@@ -184,10 +185,24 @@ class Hipq:
         return [results[i] for i in range(len(items))]
 
     async def get_job(self, queue: str, job_id: str) -> tuple[Job, list[Attempt]]:
+        """The job and its whole history (``hipq show``); a job's JSON carries only
+        the last entries (:meth:`job_with_history`)."""
+        job = await self._job(queue, job_id)
+        return job, await self.store.job_attempts(queue, job_id)
+
+    async def job_with_history(self, queue: str, job_id: str, *,
+                               last: int) -> tuple[Job, JobHistory]:
+        """The job, the last ``last`` entries of its history and how many it has in
+        all (a job's JSON, SPEC 8): at most ``last`` history rows are read."""
+        job = await self._job(queue, job_id)
+        return job, await self.store.job_history(queue, job_id, limit=last)
+
+    async def _job(self, queue: str, job_id: str) -> Job:
+        """The job wherever it is, without its history; JobNotFound if there is none."""
         job = await self.store.job_get(queue, job_id)
         if job is None:
             raise JobNotFound(queue, job_id)
-        return job, await self.store.job_attempts(queue, job_id)
+        return job
 
     async def cancel(self, queue: str, job_id: str) -> Job:
         """Cancel a queued job at once, or ask the owner of a running one to cancel
@@ -196,7 +211,7 @@ class Hipq:
         cancelled = await self.store.job_cancel_queued(queue=queue, job_id=job_id, now=now)
         if cancelled is not None:
             return cancelled
-        job, _ = await self.get_job(queue, job_id)
+        job = await self._job(queue, job_id)
         if job.status is JobState.RUNNING and job.correlation_key:
             await self.store.inbox_insert_many(
                 [Response(correlation_key=job.correlation_key, attempt=job.attempt,
@@ -212,7 +227,7 @@ class Hipq:
     async def replay(self, queue: str, job_id: str) -> Job:
         """A new job with the same data, queued now (``replay_of`` set). Replaying an
         expired job archives the new one as expired at once."""
-        original, _ = await self.get_job(queue, job_id)
+        original = await self._job(queue, job_id)
         if not original.status.terminal:
             raise ConflictError(f"job {job_id!r} is {original.status}; only finished jobs "
                                 "can be replayed", queue=queue, job_id=job_id)
@@ -256,7 +271,7 @@ class Hipq:
     async def report_status(self, queue: str, job_id: str,
                             response: ResponseRequest) -> int | None:
         """rickover's status callback: the attempt must be the live one."""
-        job, _ = await self.get_job(queue, job_id)
+        job = await self._job(queue, job_id)
         if (job.status is not JobState.RUNNING or response.attempt is None
                 or response.attempt != job.attempt or not job.correlation_key):
             raise StaleResponse(f"job {job_id!r} is {job.status} at attempt {job.attempt}; "

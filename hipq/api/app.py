@@ -8,11 +8,12 @@ from typing import Any
 
 from aiohttp import web
 
-from hipq.api.auth import TokenAuth
+from hipq.api.auth import ROLE_KEY, TokenAuth
 from hipq.api.deps import DEPS, ApiDeps
 from hipq.api.errors import error_middleware
 from hipq.api.io import refuse_simple_content_type
 from hipq.api.openapi import build_openapi
+from hipq.api.origin import SameOrigin
 from hipq.api.routes import ROUTES, Handler, Route
 from hipq.api.stats_cache import STATS, StatsCache
 from hipq.config import ApiConfig
@@ -26,10 +27,13 @@ def effective_routes(config: ApiConfig) -> list[Route]:
             for r in ROUTES]
 
 
-def _guarded(route: Route, auth: TokenAuth) -> Handler:
+def _guarded(route: Route, auth: TokenAuth, pages: SameOrigin) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
-        refuse_simple_content_type(request)  # before auth: no page may post at all
-        auth.check(request, route.role)
+        pages.check(request)  # before auth: no other site may change anything
+        refuse_simple_content_type(request)
+        role = auth.check(request, route.role)
+        if role is not None:
+            request[ROLE_KEY] = role
         return await route.handler(request)
 
     return handler
@@ -40,10 +44,10 @@ def create_app(deps: ApiDeps) -> web.Application:
                           client_max_size=deps.config.max_body_bytes)
     app[DEPS] = deps
     app[STATS] = StatsCache(deps.service, max_age=deps.config.stats_max_age_seconds)
-    auth = TokenAuth(deps.config.tokens)
+    auth, pages = TokenAuth(deps.config.tokens), SameOrigin(deps.config)
     routes = effective_routes(deps.config)
     for route in routes:
-        app.router.add_route(route.method, route.path, _guarded(route, auth))
+        app.router.add_route(route.method, route.path, _guarded(route, auth, pages))
     document = json.dumps(build_openapi(routes, version=API_VERSION))
 
     async def openapi(request: web.Request) -> web.Response:

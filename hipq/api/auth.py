@@ -43,10 +43,13 @@ class TokenAuth:
                 found = role
         return found
 
-    def check(self, request: web.Request, needed: Role | None) -> None:
-        """Raise 401/403 unless the request may use a route needing ``needed``."""
-        if needed is None or not self.enabled:
-            return
+    def check(self, request: web.Request, needed: Role | None) -> Role | None:
+        """Raise 401/403 unless the request may use a route needing ``needed``; the
+        request's role (admin without tokens; None on an open route)."""
+        if not self.enabled:
+            return Role.ADMIN
+        if needed is None:
+            return None
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         role = self.role_of(token.strip()) if scheme.lower() == "bearer" else None
         if role is None:
@@ -54,3 +57,12 @@ class TokenAuth:
                                                 "header is required")
         if role < needed:
             raise ApiError(403, "forbidden", f"this needs the {needed.name.lower()} role")
+        return role
+
+
+ROLE_KEY = web.RequestKey("hipq_role", Role)  # the role TokenAuth.check found
+
+
+def request_role(request: web.Request) -> Role | None:
+    """The role of this request (None: an open route with tokens configured)."""
+    return request.get(ROLE_KEY)

@@ -13,10 +13,12 @@ from aiohttp import web
 from pydantic import Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from hipq.api.auth import Role, request_role
 from hipq.api.deps import DEPS
 from hipq.api.errors import ApiError
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
 from hipq.api.models import (
+    HISTORY_SHOWN,
     AcceptedOut,
     ArchivedQuery,
     BatchEnvelope,
@@ -34,10 +36,10 @@ from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
 from hipq.api.stats_cache import STATS
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
-from hipq.jobs import JOB_ID_PATTERN, Attempt, Job, JobState, is_job_id
+from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
 from hipq.schemas import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
-from hipq.store import InsertStatus, QueueRecord, QueueStats
+from hipq.store import InsertStatus, JobHistory, QueueRecord, QueueStats
 from hipq.values import MAX_DEPTH, json_problem
 
 log = logging.getLogger(__name__)
@@ -65,13 +67,18 @@ def _ids(request: web.Request) -> tuple[str, str]:
     return _queue_id(request), job_id
 
 
-def job_out(job: Job, history: list[Attempt] | None = None) -> JobOut:
-    body = job.to_json() | {"history": [a.to_json() for a in history or []]}
+def job_out(job: Job, history: JobHistory | None = None) -> JobOut:
+    """The job JSON; with ``history`` (GET of one job), the entries read and their
+    total count."""
+    body = job.to_json() | {"history": [a.to_json() for a in history.tries] if history else [],
+                            "history_count": history.total if history else None}
     return JobOut.model_validate(body)
 
 
-def queue_out(record: QueueRecord, stats: QueueStats | None) -> QueueOut:
-    config = QueueConfig.model_validate(redacted(record.config))  # secrets: "***"
+def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool) -> QueueOut:
+    """The queue as JSON: secrets as "***"; for other roles than admin, the target
+    URL without userinfo and with its query values masked too."""
+    config = QueueConfig.model_validate(redacted(record.config, urls=not admin))
     return QueueOut(id=record.id, paused=record.paused, config=config,
                     created_at=record.created_at, updated_at=record.updated_at,
                     stats=None if stats is None else QueueStatsOut.model_validate(
@@ -87,7 +94,7 @@ async def _one_queue(request: web.Request, queue: str) -> QueueOut:
         stats = QueueStats(queue=queue, paused=record.paused, queued=0, due=0, running=0,
                            running_weight=0, oldest_due_age_seconds=None,
                            concurrency=record.config.concurrency)
-    return queue_out(record, stats)
+    return queue_out(record, stats, admin=request_role(request) is Role.ADMIN)
 
 
 # -- queues ----------------------------------------------------------------------
@@ -110,7 +117,9 @@ async def list_queues(request: web.Request) -> web.Response:
     service = _service(request)
     stats = {s.queue: s for s in (await request.app[STATS].get()).queues}
     records = await service.list_queues()
-    return reply(QueueList(queues=[queue_out(r, stats.get(r.id)) for r in records]))
+    admin = request_role(request) is Role.ADMIN
+    return reply(QueueList(queues=[queue_out(r, stats.get(r.id), admin=admin)
+                                   for r in records]))
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -202,7 +211,8 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 async def get_job(request: web.Request) -> web.Response:
-    job, history = await _service(request).get_job(*_ids(request))
+    """The job with the last ``HISTORY_SHOWN`` entries of its history and their count."""
+    job, history = await _service(request).job_with_history(*_ids(request), last=HISTORY_SHOWN)
     return reply(job_out(job, history))
 
 

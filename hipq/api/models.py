@@ -17,6 +17,7 @@ from hipq.schemas import BatchItem
 
 MAX_BATCH = 10_000
 MAX_PAGE = 1000
+HISTORY_SHOWN = 50  # history entries in a job's JSON: its last ones (SPEC 8)
 
 
 class _Out(BaseModel):
@@ -67,7 +68,13 @@ class JobOut(_Out):
     result: Any = None
     error: dict[str, Any] | None = None
     replay_of: str | None = None
-    history: list[AttemptOut] = Field(default_factory=list)
+    history: list[AttemptOut] = Field(
+        default_factory=list,
+        description=f"the job's tries and late responses, oldest first: at most the last "
+        f"{HISTORY_SHOWN} entries (GET of one job; empty in the other answers)")
+    history_count: int | None = Field(
+        default=None, description="how many history entries the job has in all (GET of one "
+        "job; null in the other answers)")
 
 
 class QueueStatsOut(_Out):

@@ -1,7 +1,9 @@
-"""List pages bounded in items and in bytes (SPEC 8: "list pages are bounded in
-items and bytes"), read from the store in chunks so a page of large items is never
-all in memory at once. Used by the archived-jobs and the unmatched-responses
-listings; each gives its own read, rendering and keyset cursor."""
+"""List pages bounded in items and in bytes (docs/security.md: "list pages are
+bounded in items and bytes"), read from the store in chunks so a page of large items
+is never all in memory at once: the first chunk is small, the next ones sized by the
+items seen so far (at most :data:`FETCH_CHUNK`). Used by the archived-jobs, the
+live-jobs and the unmatched-responses listings; each gives its own read, rendering
+and keyset cursor."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this much JSON
-FETCH_CHUNK = 50  # items read from the store at a time
+FETCH_CHUNK = 50  # items read from the store at a time, at most
+FIRST_CHUNK = 8  # items of the first read (their size sizes the next reads)
 
 Item = TypeVar("Item")
 Key = TypeVar("Key")
@@ -27,7 +30,7 @@ async def collect_page(read: Callable[[int, Key | None], Awaitable[Sequence[Item
     last: Item | None = None
     size, more, full = 0, True, False
     while more and not full and len(page) < limit:
-        want = min(limit - len(page), FETCH_CHUNK)
+        want = min(limit - len(page), _chunk(len(page), size))
         items = await read(want + 1, after)
         more = len(items) > want
         for item in items[:want]:
@@ -42,3 +45,10 @@ async def collect_page(read: Callable[[int, Key | None], Awaitable[Sequence[Item
         if key is not None:
             after = key
     return page, () if last is None else (last,), more
+
+
+def _chunk(count: int, size: int) -> int:
+    """How many items to read next: enough to fill the page at the average size so far."""
+    if count == 0:
+        return FIRST_CHUNK
+    return max(1, min(FETCH_CHUNK, (PAGE_BYTES - size) * count // max(size, 1) + 1))

@@ -1,27 +1,38 @@
 """What a queue created over the API may name, and what its answers may show.
 
-* **Plugins and Python targets** (SPEC 8): ``POST /v1/jobs`` may name a
+* **Plugins and Python targets** (docs/security.md): ``POST /v1/jobs`` may name a
   ``module:attr`` only from the modules in ``api.plugin_modules`` (default
-  ``plugins`` and ``hipq``, with their submodules). The check reads the names
-  only, before anything is imported or instantiated, so a refused name runs no
-  code. YAML is trusted and may name any module.
+  ``plugins`` and ``hipq.contrib``, with their submodules), and ``attr`` is one
+  plain name (no dots, so no path walks out of an allowed module). The names are
+  checked first; then each allowed module is imported and the object looked up
+  (nothing called), and its ``__module__`` must be allowed too (an object an
+  allowed module merely imported, such as ``subprocess.Popen``, is refused).
+  Nothing is instantiated or called before both checks. YAML is trusted and may
+  name any module.
 * **Secrets are write-only**: every answer shows ``target.auth`` and
   ``target.headers`` values, and plugin ``options`` whose key is named like a
   secret (token, password, secret, key...), as ``"***"``. An update may send
   ``"***"`` back at such a place to keep the stored value (so a client can
-  round-trip what it read); ``"***"`` where nothing is stored is refused.
+  round-trip what it read); ``"***"`` where nothing is stored is refused, and so is
+  ``"***"`` in a target whose URL moves to another origin (scheme, host or port):
+  a secret never follows its target to a new host unless it is sent again.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
 
 from hipq.api.errors import ApiError
+from hipq.api.origin import origin_of
 from hipq.config import QueueConfig
+from hipq.errors import ConfigError, ValidationError
+from hipq.plugins import load_object
 
 MASK = "***"
+PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SECRET_NAME = re.compile(r"token|passw|secret|key|credential|auth", re.IGNORECASE)
 _OPTION_HOLDERS = (("throttler", "options"), ("target", "options"), ("retry", "options"))
 
@@ -39,14 +50,41 @@ def plugin_paths(config: QueueConfig) -> Iterator[tuple[str, str]]:
 
 
 def check_plugin_modules(config: QueueConfig, allowed: Sequence[str]) -> None:
-    """422 unless every plugin and Python target comes from an allowed module."""
-    for where, path in plugin_paths(config):
-        module = path.partition(":")[0]
-        if not any(module == m or module.startswith(m + ".") for m in allowed):
-            raise ApiError(422, "plugin_not_allowed",
-                           f"{where}: module {module!r} is not in api.plugin_modules "
-                           f"({', '.join(allowed) or 'none'}); name it in the YAML config "
-                           "or add it to api.plugin_modules")
+    """422 unless every plugin and Python target is one plain name defined in an
+    allowed module: the names first (nothing imported), then the objects (imported
+    from allowed modules only, looked up, never called)."""
+    paths = list(plugin_paths(config))
+    for where, path in paths:
+        module, _, attr = path.partition(":")
+        if not _allowed(module, allowed):
+            _refuse(where, f"module {module!r} is not in api.plugin_modules "
+                           f"({', '.join(allowed) or 'none'})")
+        if not PLAIN_NAME.fullmatch(attr) or attr.startswith("__"):
+            _refuse(where, f"{attr[:100]!r} is not one plain name: over the API a plugin is "
+                           "'module:name', the name defined in that module")
+    for where, path in paths:
+        _check_defined_in_allowed(where, path, allowed)
+
+
+def _check_defined_in_allowed(where: str, path: str, allowed: Sequence[str]) -> None:
+    try:
+        obj = load_object(path)  # imports an allowed module; getattr of one plain name
+    except ConfigError as exc:  # as when the queue is validated: 422 "invalid"
+        raise ValidationError(f"{where}: {exc}") from None
+    home = getattr(obj, "__module__", None)
+    if not isinstance(home, str) or not _allowed(home, allowed):
+        _refuse(where, f"{path!r} is not defined in an allowed module "
+                       f"(it comes from {home!r})" if isinstance(home, str) else
+                       f"{path!r} is not a class or function defined in an allowed module")
+
+
+def _allowed(module: str, allowed: Sequence[str]) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in allowed)
+
+
+def _refuse(where: str, why: str) -> NoReturn:
+    raise ApiError(422, "plugin_not_allowed", f"{where}: {why}; name it in the YAML config "
+                                              "or add its module to api.plugin_modules")
 
 
 def _secret_places(config: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
@@ -79,13 +117,28 @@ def _named_secrets(node: Any) -> Iterator[tuple[dict[str, Any], str]]:
             yield from _named_secrets(item)
 
 
-def redacted(config: QueueConfig) -> dict[str, Any]:
-    """The queue's settings as JSON, secrets shown as ``"***"``."""
+def redacted(config: QueueConfig, *, urls: bool = False) -> dict[str, Any]:
+    """The queue's settings as JSON, secrets shown as ``"***"``; with ``urls``, the
+    target URL's userinfo dropped and its query values shown as ``"***"`` too."""
     out = config.model_dump(mode="json", by_alias=True)
     for mapping, key in list(_secret_places(out)):
         if mapping[key] is not None:
             mapping[key] = MASK
+    target = out.get("target")
+    if urls and isinstance(target, dict) and isinstance(target.get("url"), str):
+        target["url"] = masked_url(target["url"])
     return out
+
+
+def masked_url(url: str) -> str:
+    """``url`` without userinfo, each query value ``***`` (a token in a query, a
+    password in ``user:pass@``); the rest as written (``{queue}`` templates kept)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    query = "&".join(f"{name}={MASK}" if sep else name
+                     for name, sep, _ in (p.partition("=") for p in parts.query.split("&"))
+                     ) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def keep_secrets(new: QueueConfig, old: QueueConfig | None) -> QueueConfig:
@@ -95,6 +148,10 @@ def keep_secrets(new: QueueConfig, old: QueueConfig | None) -> QueueConfig:
     if not places:
         return new
     stored = _stored_values(old)
+    if _target_moved(raw, old) and any(_path_of(raw, m, k)[0] == "target" for m, k in places):
+        raise ApiError(422, "secret_needs_resending",
+                       f"the target moves to another origin: send its secrets again "
+                       f"instead of {MASK!r}")
     for mapping, key in places:
         value = stored.get(_path_of(raw, mapping, key))
         if value is None:
@@ -102,6 +159,16 @@ def keep_secrets(new: QueueConfig, old: QueueConfig | None) -> QueueConfig:
                                                    "is there to keep; send the secret itself")
         mapping[key] = value
     return QueueConfig.model_validate(raw)
+
+
+def _target_moved(raw: dict[str, Any], old: QueueConfig | None) -> bool:
+    """Whether the new settings' target URL is on another origin than the stored one."""
+    new_url = (raw.get("target") or {}).get("url")
+    old_url = getattr(old.target, "url", None) if old is not None else None
+    if not isinstance(new_url, str) or not isinstance(old_url, str):
+        return False
+    return new_url != old_url and (origin_of(new_url) is None
+                                   or origin_of(new_url) != origin_of(old_url))
 
 
 def _stored_values(old: QueueConfig | None) -> dict[tuple[str, ...], Any]:

@@ -44,7 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> None:
-    sys.stderr.write(f"hipq: error: {message}\n")
+    """The error on stderr: its own line breaks kept, other control characters escaped."""
+    from hipq.log import printable
+
+    lines = "\n".join(printable(line) for line in message.split("\n"))
+    sys.stderr.write(f"hipq: error: {lines}\n")
 
 
 __all__ = ["EXIT_CONFIG", "EXIT_ERROR", "main"]

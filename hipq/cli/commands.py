@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import json
 import logging
 import signal
@@ -15,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
+from hipq.api.origin import is_loopback
 from hipq.cli.common import reach, run_command, with_store
 from hipq.config import ApiConfig, Settings, format_validation_error
 from hipq.daemon import Daemon, settle_heap
@@ -36,19 +36,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_command(args, _run, daemon=True)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name other than localhost (or "", every address)
-
-
 def check_exposure(api: ApiConfig) -> None:
-    """SPEC 8: without tokens, the API listens only on a loopback address unless
-    ``api.allow_insecure`` says otherwise (then with a warning)."""
-    if not api.enabled or is_loopback(api.host):
+    """docs/security.md: without tokens, the API listens only on a loopback address
+    unless ``api.allow_insecure`` says otherwise (then with a warning); on loopback
+    without tokens, a warning that every local user can drive it."""
+    if not api.enabled:
+        return
+    if is_loopback(api.host):
+        if not api.tokens:
+            log.warning("the API has no tokens (api.tokens): every local user and every "
+                        "program on this machine can create queues and enqueue jobs",
+                        extra={"action": "api_open_locally"})
         return
     if not api.tokens and not api.allow_insecure:
         raise ConfigError(f"api.host {api.host!r} is not a loopback address and api.tokens "

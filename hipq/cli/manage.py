@@ -21,6 +21,7 @@ from hipq.daemon import PRUNE_BATCH
 from hipq.errors import ConfigError
 from hipq.jobs import Job
 from hipq.live import InvalidCursor, list_live
+from hipq.log import printable
 from hipq.service import Hipq
 from hipq.store import QueueStats, Store
 
@@ -131,8 +132,8 @@ def jobs_table(jobs: Sequence[Job], state: str) -> str:
     for job in jobs:
         at = getattr(job, when)
         stamp = "-" if at is None else f"{at:%Y-%m-%d %H:%M:%S}"
-        error = "" if not job.error else f"{job.error.get('kind', '')}: " \
-                                        f"{str(job.error.get('detail', ''))[:60]}"
+        error = "" if not job.error else printable(f"{job.error.get('kind', '')}: "
+                                                   f"{str(job.error.get('detail', ''))[:60]}")
         lines.append(f"{job.id:<36} {f'{job.attempt}/{job.max_attempts}':>5} "
                      f"{job.priority:>5} {stamp:<20} {error}")
     if not jobs:

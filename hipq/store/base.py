@@ -32,6 +32,7 @@ from hipq.store.records import (
     InboxOutcome,
     InboxRow,
     InsertOutcome,
+    JobHistory,
     ListedResponse,
     QueueRecord,
     QueueStats,
@@ -117,7 +118,14 @@ class Store(Protocol):
         another answers with the job that holds it."""
 
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
-        """The job's recorded tries (including late responses), by attempt."""
+        """The job's whole history: its recorded tries (including late responses),
+        by attempt, then in the order they were recorded."""
+
+    async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
+        """What a job's JSON shows: the last ``limit`` entries of its history (in
+        :meth:`job_attempts` order) and how many it has in all. Reads at most
+        ``limit`` rows and counts the rest through the index; the entries come
+        without the responses' bodies (``response`` is None)."""
 
     async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
                                 limit: int = 100,
@@ -285,7 +293,12 @@ class Store(Protocol):
                                        now: datetime) -> None:
         """Record (queue, job id, response) of responses that came after their try
         ended, as ``late_response`` tries; a response without an attempt number is
-        recorded on the latest try that had its key."""
+        recorded on the latest try that had its key.
+
+        At most :data:`~hipq.store.history.LATE_PER_TRY` (10) late responses are
+        recorded per try (job and attempt), the first ones in ``rows`` order, however
+        many come in one call, across calls, or from several processes at once; the
+        others are left out (their caller still marks them late in the inbox)."""
 
     # -- leases ------------------------------------------------------------------------
 

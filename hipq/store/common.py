@@ -32,11 +32,13 @@ from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreEr
 from hipq.jobs import Attempt, Job, JobState, Ordering, cancelled_error, expired_error
 from hipq.store import schema as s
 from hipq.store.due import DueShape
+from hipq.store.history import read_history, record_late
 from hipq.store.listing import listed_response, unmatched_query
 from hipq.store.records import (
     InboxRow,
     InsertOutcome,
     InsertStatus,
+    JobHistory,
     ListedResponse,
     QueueRecord,
     QueueStats,
@@ -327,6 +329,10 @@ class SQLAlchemyStore(abc.ABC):
                             finished_at=r.finished_at, outcome=r.outcome, error=r.error,
                             response=r.response) for r in rows]
 
+    async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
+        async with self._tx() as conn:
+            return await read_history(conn, queue, job_id, limit=limit)
+
     async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
                                 limit: int = 100,
                                 after: tuple[datetime, str, str] | None = None) -> list[Job]:
@@ -522,20 +528,15 @@ class SQLAlchemyStore(abc.ABC):
                                        now: datetime) -> None:
         if not rows:
             return
-        a = s.job_attempts
         async with self._tx() as conn:
-            # A response without an attempt number belongs to the try that had its key.
-            tries = {r.correlation_key: r.attempt for r in await conn.execute(
-                sa.select(a.c.correlation_key, sa.func.max(a.c.attempt).label("attempt"))
-                .where(a.c.correlation_key.in_(list({r.correlation_key for _, _, r in rows})))
-                .group_by(a.c.correlation_key))}
-            values = [{"queue": q, "job_id": j,
-                       "attempt": r.attempt or tries.get(r.correlation_key) or 0,
-                       "correlation_key": r.correlation_key, "launched_at": None,
-                       "finished_at": now, "outcome": "late_response", "error": r.error,
-                       "response": {"status": r.status, "result": r.result}}
-                      for q, j, r in rows]
-            await conn.execute(a.insert(), values)
+            await self._late_lock(conn)
+            await record_late(conn, rows, now=now)
+
+    async def _late_lock(self, conn: AsyncConnection) -> None:
+        """Serialize the recording of late responses (held until the transaction
+        ends), so that the counts it reads stay true until it inserts: no try gets
+        more than ``LATE_PER_TRY``. SQLite has a single writer already."""
+        return
 
     # -- leases ------------------------------------------------------------------------
 

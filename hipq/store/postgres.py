@@ -76,6 +76,8 @@ _INBOX_JSON = frozenset({"result", "error"})
 
 # the advisory lock key of ``migrate`` (any constant; "hipq" in ASCII)
 MIGRATION_LOCK_KEY = 0x68697071
+# the advisory lock key of recording late responses (any other constant; "hiql")
+LATE_LOCK_KEY = 0x6869716C
 
 
 class PostgresStore(SQLAlchemyStore):
@@ -125,6 +127,13 @@ class PostgresStore(SQLAlchemyStore):
         transaction-scoped advisory lock, released at commit; the next one then
         finds the schema made and changes nothing."""
         await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+
+    async def _late_lock(self, conn: AsyncConnection) -> None:
+        """Daemons recording late responses at once take turns (a transaction-scoped
+        advisory lock, released at commit): each counts what the one before it
+        recorded, so no try gets more than its bound. Late responses are rare: one
+        lock for all of them costs nothing that matters."""
+        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LATE_LOCK_KEY})")
 
     # -- enqueue -----------------------------------------------------------------------
 

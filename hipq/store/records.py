@@ -9,7 +9,7 @@ from typing import Any
 
 from hipq.config import QueueConfig
 from hipq.frozen import quick_init
-from hipq.jobs import Job
+from hipq.jobs import Attempt, Job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +95,15 @@ class ListedResponse:
     result: Any = None
     error: Any = None
     truncated: tuple[str, ...] = ()  # "result", "error": given as cut JSON text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobHistory:
+    """The last entries of a job's history (its tries and late responses), oldest
+    first, and how many entries it has in all."""
+
+    tries: list[Attempt]
+    total: int
 
 
 class ChangeKind(StrEnum):

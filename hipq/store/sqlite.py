@@ -8,12 +8,14 @@ values per statement.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
+from sqlalchemy import event, make_url
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -286,7 +288,11 @@ def _requeue_params(change: Change) -> dict[str, Any]:
 
 def create_engine(url: str) -> AsyncEngine:
     """An engine of one connection (a single writer), in WAL mode, whose every
-    transaction is ``BEGIN IMMEDIATE``."""
+    transaction is ``BEGIN IMMEDIATE``. A database file that does not exist yet is
+    created readable by its owner only (0600): it holds target credentials and the
+    signing key; SQLite gives its side files (``-wal``, ``-shm``, ``-journal``) the
+    mode of the database file."""
+    create_private(make_url(url).database)
     engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -303,3 +309,11 @@ def create_engine(url: str) -> AsyncEngine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def create_private(database: str | None) -> None:
+    """Create the database file (mode 0600) unless it exists or is in memory."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    with contextlib.suppress(OSError):  # exists; or SQLite will say what is wrong
+        os.close(os.open(database, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))

@@ -159,6 +159,9 @@ async def live(db_url: str) -> AsyncIterator[LiveFactory]:
     session = aiohttp.ClientSession()
 
     async def start(*, clock: Clock | None = None, **extra: Any) -> Live:
+        if clock is not None:  # the tick driver's debounce sleeps on the clock: a fake
+            # clock would move by it at every wake-up; under one, ticks are not debounced
+            extra["reconcile"] = {"debounce_seconds": 0, **extra.get("reconcile", {})}
         daemon = Daemon(settings_for(db_url, **extra), clock=clock)
         stop, ready = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(daemon.run(stop=stop, ready=ready))

@@ -20,7 +20,8 @@ from tests.api.conftest import (
     http_queue,
 )
 
-OPEN = {("GET", "/healthz"), ("GET", "/"), ("GET", "/metrics"),
+OPEN = {("GET", "/healthz"), ("GET", "/"), ("GET", "/metrics"), ("GET", "/dashboard/app.js"),
+        ("GET", "/dashboard/style.css"),
         ("POST", "/v1/responses/{key}")}
 _FILL = {"queue": "q", "id": "j1", "key": "k.1", "tail": "t"}
 

@@ -124,7 +124,7 @@ async def test_plugins_named_over_the_api_come_only_from_allowed_modules(
                                            "options": {"limit": 3}}},
                {"id": "ok2", "target": {"kind": "python",
                                         "function": "hipq.contrib.example_targets:greet"}},
-               {"id": "ok3", "retry": {"plugin": "hipq.retry:Fixed"}}]
+               {"id": "ok3", "retry": {"plugin": "hipq.contrib.retries:StepBackoff"}}]
     for body in allowed:
         status, answer = await api.call("POST", "/v1/jobs", body)
         assert status == 201, answer

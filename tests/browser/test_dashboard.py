@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hipq.store import InboxOutcome, Response
 from tests.api.conftest import ADMIN, READER, Api, Downstream, LiveFactory, http_queue
 from tests.browser.conftest import Page
 
@@ -124,3 +125,33 @@ async def test_tokens_and_roles(live: LiveFactory, downstream: Downstream, page:
     await p.goto(api.base + "/#/")
     await p.locator("#queues button.toggle").first.wait_for()
     assert await p.locator("#who").inner_text() == "signed in as admin"
+
+
+async def test_a_long_history_says_how_much_of_it_is_shown(live: LiveFactory,
+                                                           page: Page) -> None:
+    """The API answers a job's last 50 history entries and their count: the job page
+    shows them and says "last 50 of N"; a short history says nothing more."""
+    lv = await live(api={"tokens": []})
+    api = Api(lv.api.base, lv.api.session, token=None)
+    assert (await api.call("POST", "/v1/jobs", {"id": "waiting"}))[0] == 201
+    for job_id in ("long", "short"):
+        assert (await api.call("PUT", f"/v1/jobs/waiting/{job_id}", {}))[0] == 201
+    store, now = lv.daemon.service.store, lv.daemon.service.clock.now()
+    # 10 late responses for each of 6 tries (the most one try records): 60 entries
+    await store.inbox_insert_many([Response(correlation_key="long-key", attempt=a, result=n)
+                                   for a in range(1, 7) for n in range(10)], now=now)
+    rows = await store.inbox_pending_for_keys(["long-key"])
+    await store.attempt_record_late_many([("waiting", "long", r) for r in rows], now=now)
+    await store.inbox_mark_many([(r.id, InboxOutcome.LATE) for r in rows], now=now)
+    p = page.page
+
+    await p.goto(api.base + "/#/job/waiting/long")
+    await p.locator("#history-count").wait_for()
+    assert await p.locator("#history-count").inner_text() == "last 50 of 60"
+    assert await p.locator("#history tbody tr").count() == 50
+    assert await p.locator("#history tbody tr").last.locator("td").first.inner_text() == "6"
+    await page.shot("job-long-history")
+
+    await p.goto(api.base + "/#/job/waiting/short")
+    await p.locator("#history:has-text('not launched yet')").wait_for()
+    assert await p.locator("#history-count").count() == 0

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from hipq.config import QueueConfig
-from hipq.jobs import Job, JobState, Ordering
+from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import (
     Change,
     ChangeKind,
     InboxOutcome,
+    InboxRow,
     InsertStatus,
     Response,
     Store,
@@ -642,6 +643,94 @@ async def test_late_responses_are_recorded_on_the_history(store: Store,
     assert [(a.attempt, a.outcome) for a in await store.job_attempts(Q, "j1")] == [
         (1, "succeeded"), (1, "late_response")]
     assert row.id == row_id
+
+
+async def _late_rows(store: Store, clock: FakeClock, key: str, attempt: int | None,
+                     count: int) -> list[InboxRow]:
+    """``count`` new responses for ``key`` (distinct bodies), oldest first."""
+    ids = set(await store.inbox_insert_many(
+        [Response(correlation_key=key, attempt=attempt, result=n) for n in range(count)],
+        now=clock.now()))
+    return [r for r in await store.inbox_pending_for_keys([key]) if r.id in ids]
+
+
+async def _two_tries(store: Store, clock: FakeClock, job_id: str) -> None:
+    """A job whose first try timed out (re-queued) and whose second one succeeded."""
+    [job] = await start(store, clock, make_job(clock, job_id))
+    await store.persist_batch(changes=[Change(
+        kind=ChangeKind.REQUEUE, queue=Q, id=job_id, attempt=1, run_at=clock.now(),
+        outcome="timeout", launched_at=job.launched_at,
+        correlation_key=job.correlation_key)], owner=OWNER, now=clock.now())
+    [again] = await store.job_mark_running_many(queue=Q, ids=[job_id], now=clock.now(),
+                                                owner=OWNER, heartbeat_seconds=None)
+    await store.persist_batch(changes=[archive(again)], owner=OWNER, now=clock.now())
+
+
+def _late_by_try(attempts: list[Attempt]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for a in attempts:
+        if a.outcome == "late_response":
+            counts[a.attempt] = counts.get(a.attempt, 0) + 1
+    return counts
+
+
+async def test_late_responses_are_bounded_per_try(store: Store, clock: FakeClock) -> None:
+    """At most 10 late responses are recorded per try, within one call and across
+    calls; a response without an attempt number counts for the try of its key."""
+    await _two_tries(store, clock, "j1")
+    first = await _late_rows(store, clock, "~tok-j1.1", 1, 14)
+    second = await _late_rows(store, clock, "~tok-j1.2", 2, 4)
+    await store.attempt_record_late_many([(Q, "j1", r) for r in first + second],
+                                         now=clock.now())
+    assert _late_by_try(await store.job_attempts(Q, "j1")) == {1: 10, 2: 4}
+
+    second = await _late_rows(store, clock, "~tok-j1.2", None, 9)  # no attempt number
+    first = await _late_rows(store, clock, "~tok-j1.1", 1, 3)
+    for rows in (second[:5], second[5:] + first):
+        await store.attempt_record_late_many([(Q, "j1", r) for r in rows], now=clock.now())
+    attempts = await store.job_attempts(Q, "j1")
+    assert _late_by_try(attempts) == {1: 10, 2: 10}
+    kept = [a.response["result"] for a in attempts
+            if (a.attempt, a.outcome) == (1, "late_response")]
+    assert kept == list(range(10))  # the first ones, in order
+
+
+async def test_late_responses_recorded_at_once_stay_bounded(store: Store,
+                                                            clock: FakeClock) -> None:
+    """Two processes recording late responses for the same try at the same time
+    (each on several connections) record at most 10 between them."""
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
+    rows = await _late_rows(store, clock, "~tok-j1.1", 1, 24)
+    other = await open_store(store.engine.url.render_as_string(hide_password=False))
+    try:
+        await asyncio.gather(*(
+            (store, other)[n % 2].attempt_record_late_many([(Q, "j1", row)], now=clock.now())
+            for n, row in enumerate(rows)))
+    finally:
+        await other.close()
+    assert _late_by_try(await store.job_attempts(Q, "j1")) == {1: 10}
+
+
+async def test_job_history_is_its_last_entries_and_their_count(store: Store,
+                                                               clock: FakeClock) -> None:
+    await _two_tries(store, clock, "j1")
+    late = await _late_rows(store, clock, "~tok-j1.1", 1, 4)
+    await store.attempt_record_late_many([(Q, "j1", r) for r in late], now=clock.advance(1))
+    everything = await store.job_attempts(Q, "j1")
+    assert [(a.attempt, a.outcome) for a in everything] == [
+        (1, "timeout"), *[(1, "late_response")] * 4, (2, "succeeded")]
+
+    def shown(attempts: list[Attempt]) -> list[tuple[Any, ...]]:
+        return [(a.attempt, a.outcome, a.launched_at, a.finished_at, a.error)
+                for a in attempts]
+
+    last = await store.job_history(Q, "j1", limit=3)
+    assert (shown(last.tries), last.total) == (shown(everything[-3:]), 6)
+    whole = await store.job_history(Q, "j1", limit=50)
+    assert (shown(whole.tries), whole.total) == (shown(everything), 6)
+    none = await store.job_history(Q, "missing", limit=50)
+    assert (none.tries, none.total) == ([], 0)
 
 
 async def test_reschedule_moves_only_queued_jobs(store: Store, clock: FakeClock) -> None:

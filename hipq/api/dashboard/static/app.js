@@ -3,6 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
+const AUTH = document.documentElement.dataset.auth === "true";  // set by the daemon
 const PAGE = 20;
 const CHART_POINTS = 60;
 const ROLES = { reader: 1, producer: 2, admin: 3 };
@@ -55,7 +56,7 @@ function showLogin(message) {
 }
 
 async function start() {
-  if (window.HIPQ_AUTH && !token()) { showLogin(); return; }
+  if (AUTH && !token()) { showLogin(); return; }
   try {
     state.role = (await api("GET", "/v1/whoami")).role;
   } catch (err) {
@@ -63,8 +64,8 @@ async function start() {
     showLogin(err.status === 401 ? "That token was not accepted." : err.message);
     return;
   }
-  $("#who").textContent = window.HIPQ_AUTH ? `signed in as ${state.role}` : "no auth";
-  $("#signout").hidden = !window.HIPQ_AUTH;
+  $("#who").textContent = AUTH ? `signed in as ${state.role}` : "no auth";
+  $("#signout").hidden = !AUTH;
   await route();
 }
 
@@ -260,6 +261,13 @@ queueView.live = true;
 
 // -- one job --------------------------------------------------------------------------
 
+// The API answers a job's last 50 history entries and how many it has: say so when cut.
+function shownOf(job) {
+  const total = job.history_count ?? job.history.length;
+  return total > job.history.length
+    ? ` <span class="muted" id="history-count">last ${job.history.length} of ${total}</span>` : "";
+}
+
 async function jobView(queue, id) {
   const job = await api("GET", `/v1/jobs/${enc(queue)}/${enc(id)}`);
   const live = job.status === "queued" || job.status === "running";
@@ -274,7 +282,7 @@ async function jobView(queue, id) {
     ${live && may("producer") ? '<button class="danger" id="cancel">cancel</button>' : ""}
     ${!live && may("producer") ? '<button id="replay">replay</button>' : ""}</p>
     <dl>${fields.map((f) => `<dt>${f}</dt><dd>${esc(f.endsWith("_at") ? when(job[f]) : job[f] ?? "-")}</dd>`).join("")}</dl></section>
-    <section id="history"><h2>Tries</h2><table><thead><tr><th class="num">try</th><th>launched</th>
+    <section id="history"><h2>Tries${shownOf(job)}</h2><table><thead><tr><th class="num">try</th><th>launched</th>
     <th>finished</th><th>outcome</th><th>error</th></tr></thead>
     <tbody>${history.join("") || '<tr><td colspan="5" class="muted">not launched yet</td></tr>'}</tbody></table></section>
     <div class="grid"><section><h2>Data</h2><pre id="data">${esc(JSON.stringify(job.data, null, 2))}</pre></section>
