@@ -38,7 +38,8 @@ async def run(jobs: int, in_flight: int, hand_written: bool) -> dict[str, object
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, backlog=1024).start()
     sink_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    argv = [sys.executable, str(BENCH / "downstream.py"), "--mode", "callback"]
+    argv = [sys.executable, str(BENCH / "downstream.py"), "--mode", "callback",
+            "--hipq-url", sink_url]
     proc = await asyncio.create_subprocess_exec(
         *argv, *(["--hand-written"] if hand_written else []), stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None

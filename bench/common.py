@@ -234,9 +234,13 @@ async def _terminate(proc: asyncio.subprocess.Process, pid: int) -> None:
 
 
 @asynccontextmanager
-async def downstream(mode: str, *, record: bool = False) -> AsyncIterator[str]:
-    """bench/downstream.py in its own process; yields its base URL."""
+async def downstream(mode: str, *, record: bool = False,
+                     hipq_url: str | None = None) -> AsyncIterator[str]:
+    """bench/downstream.py in its own process; yields its base URL. ``hipq_url``:
+    where callbacks may go (callback mode)."""
     argv = [PYTHON, str(BENCH / "downstream.py"), "--mode", mode]
+    if hipq_url is not None:
+        argv += ["--hipq-url", hipq_url]
     if record:
         argv.append("--record")
     if os.environ.get("HIPQ_BENCH_HAND_WRITTEN"):  # compare with the hand-written handler

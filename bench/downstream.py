@@ -1,12 +1,16 @@
 """A fast local downstream for the HTTP target, run as its own process by bench/run.
 
     python bench/downstream.py --mode sync|callback|accept [--record] [--hand-written]
+                               [--hipq-url URL ...] [--max-pending N]
 
 Prints ``PORT=<n>`` once it listens on 127.0.0.1. Modes:
 
 * ``sync``: answers every launch ``200 {"ok": true}`` (the job succeeds);
 * ``callback``: hipq.downstream's ``callback_app`` with a handler that succeeds at
-  once (202, then the outcome POSTed to the job's signed ``callback_url``); with
+  once (202, then the outcome POSTed to the job's signed ``callback_url``, which
+  must be on a ``--hipq-url``: required, as callback_app's ``hipq_urls``; pending
+  launches bounded by ``--max-pending``, by default more than a run launches at
+  once, as a 503 would fail jobs and skew the figures); with
   ``--hand-written``, the aiohttp handler it replaced, kept to compare the two;
 * ``accept``: answers ``202`` and never calls back (the job stays running).
 
@@ -85,7 +89,8 @@ async def serve(args: argparse.Namespace) -> None:
     downstream = Downstream(args.mode, args.record)
     downstream.session = ClientSession(connector=TCPConnector(limit=100))
     kit = args.mode == "callback" and not args.hand_written
-    app = callback_app(downstream.handle) if kit else web.Application(
+    app = callback_app(downstream.handle, hipq_urls=args.hipq_url,
+                       max_pending=args.max_pending) if kit else web.Application(
         client_max_size=4 * 2**20)
     app.router.add_get("/_dump", downstream.dump)
     app.router.add_get("/_count", downstream.count)
@@ -111,7 +116,13 @@ def main() -> None:
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--hand-written", action="store_true",
                         help="callback mode: the hand-written handler, not callback_app")
+    parser.add_argument("--hipq-url", action="append", default=[], metavar="URL",
+                        help="callback mode: a hipq base URL callbacks may go to (repeatable)")
+    parser.add_argument("--max-pending", type=int, default=1_000_000,
+                        help="callback mode: callback_app's max_pending")
     args = parser.parse_args()
+    if args.mode == "callback" and not args.hand_written and not args.hipq_url:
+        parser.error("--mode callback needs --hipq-url (callback_app's hipq_urls)")
     try:
         asyncio.run(serve(args))
     except KeyboardInterrupt:

@@ -242,8 +242,9 @@ async def latency(server: str, workdir: Path, *, early_wake: bool, rate: float,
     sent: dict[str, float] = {}
     answered: dict[str, float] = {}
     load_before = loadavg()
-    async with downstream("callback", record=True) as down:
-        config = hipq_config(url, free_port(), [{
+    port = free_port()
+    async with downstream("callback", record=True, hipq_url=f"http://127.0.0.1:{port}") as down:
+        config = hipq_config(url, port, [{
             "id": queue, "target": target_config("callback", down)}],
             reconcile={"early_wake": early_wake})
         async with hipq_daemon(config, workdir, name,

@@ -160,8 +160,10 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
     postmaster = await postmaster_pid(server)
     reconcile: dict[str, Any] = {"interval_seconds": 1}
     extra: dict[str, Any] = {}
+    port = free_port()
     if kind == "callback":
-        argv = [PYTHON, str(BENCH / "downstream.py"), "--mode", "callback"]
+        argv = [PYTHON, str(BENCH / "downstream.py"), "--mode", "callback",
+                "--hipq-url", f"http://127.0.0.1:{port}"]
         ready = "PORT="
     else:
         assert bootstrap is not None
@@ -192,7 +194,6 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
                 queue_cfg["correlation"] = {
                     "request": ORDER_TEMPLATE_REQUEST,
                     "response": HAND_TEMPLATE if HAND_WRITTEN else KIT_TEMPLATE}
-        port = free_port()
         config = {**hipq_config(url, port, [queue_cfg], reconcile), **extra}
         config["api"]["public_url"] = f"http://127.0.0.1:{port}"
         async with hipq_daemon(config, workdir, name) as daemon, \

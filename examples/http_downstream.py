@@ -1,4 +1,4 @@
-"""An HTTP downstream for hipq in ten lines: python examples/http_downstream.py [PORT]"""
+"""An HTTP downstream for hipq in ten lines: python examples/http_downstream.py [PORT] [HIPQ_URL]"""
 import sys
 
 from aiohttp import web
@@ -12,4 +12,6 @@ async def greet(launch: Launch) -> dict[str, str]:
     return {"greeting": f"hello, {launch.data['name']}"}  # the job's result
 
 
-web.run_app(callback_app(greet), host="127.0.0.1", port=int(sys.argv[1]) if sys.argv[1:] else 9000)
+port = int(sys.argv[1]) if sys.argv[1:] else 9000
+hipq = sys.argv[2] if sys.argv[2:] else "http://127.0.0.1:8080"  # callbacks go there only
+web.run_app(callback_app(greet, hipq_urls=hipq), host="127.0.0.1", port=port)

@@ -9,12 +9,20 @@ about ten lines.
             raise Fail("negative amount")           # failed, not retried
         return {"charged": launch.data["amount"]}   # succeeded, kept as the result
 
-    web.run_app(callback_app(handle, heartbeat_seconds=10), port=9000)
+    web.run_app(callback_app(handle, hipq_urls="http://hipq:8080", heartbeat_seconds=10),
+                port=9000)
 
 :func:`callback_app` serves HTTP launches (``mode: callback``);
 :class:`KafkaResponder` answers Kafka launches. A handler returns the result,
 raises :class:`Fail` for a failure (``retryable=False`` by default), or raises
 anything else for a retryable failure.
+
+Both are safe to expose: ``callback_app`` posts outcomes only to callback URLs on
+the hipq daemons it is given (``hipq_urls``; 403 for any other), follows no
+redirects, gives up on an outcome after ``callback_deadline_seconds``, bounds its
+pending launches (``max_pending``: 503) and can require hipq's credentials
+(``auth``: 401); ``KafkaResponder`` skips (and logs) a record it cannot read. No
+repr or log line of theirs shows a callback signature or a token.
 """
 
 from hipq.downstream._launch import Fail, Handler, Launch

@@ -10,6 +10,13 @@ broker's acknowledgements, and only then commits the batch's offsets. A responde
 that dies before the commit handles those launches again after a restart; hipq
 applies a repeated response once.
 
+A record it cannot read (a key or correlation header that is not UTF-8, a null
+value, a value that is not JSON or is nested too deep, a launch whose correlation
+key cannot be sent back) is logged with its topic, partition, offset and a short
+reason (never its value) and skipped; the batch's offsets are committed as usual,
+so a bad record is read once and never stops the responder. A handler's result
+that cannot be encoded as JSON is answered as a failure (see ``encode_outcome``).
+
 aiokafka is imported when :meth:`KafkaResponder.run` starts, so importing
 ``hipq.downstream`` does not load it.
 """
@@ -23,7 +30,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hipq.downstream._launch import BadLaunch, Handler, Launch, outcome
+from hipq.downstream._launch import BadLaunch, Handler, Launch, encode_outcome, outcome
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +39,7 @@ POLL_MS = 200
 MAX_RECORDS = 2000
 COMMIT_SECONDS = 10.0  # an offset commit longer than this: reconnect
 RECONNECT_SECONDS, MAX_RECONNECT_SECONDS = 0.5, 5.0
-_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+UNREADABLE = (ValueError, TypeError, RecursionError)  # and BadLaunch, a ValueError
 
 
 class KafkaResponder:
@@ -139,14 +146,25 @@ class KafkaResponder:
 
     async def _handle(self, record: Any) -> tuple[bytes, bytes] | None:
         """(correlation key, response value) for a launch record; None for a record
-        that is not a launch (logged and skipped)."""
-        header = dict(record.headers or ()).get(CORRELATION_HEADER) or record.key
-        key = header.decode() if isinstance(header, bytes) else None
+        that cannot be read (logged and skipped)."""
         try:
-            launch = Launch.from_json(json.loads(record.value), correlation_key=key)
-        except (ValueError, BadLaunch) as exc:
-            log.warning("skipped a record that is not a launch (%s[%s]@%s): %s", record.topic,
-                        record.partition, record.offset, exc, extra={"action": "bad_launch"})
+            launch, key = _read_launch(record)
+        except UNREADABLE as exc:
+            log.warning("skipped a record that is not a launch (%s[%s]@%s): %s: %.200s",
+                        record.topic, record.partition, record.offset, type(exc).__name__,
+                        exc, extra={"action": "bad_launch"})
             return None
-        body = await outcome(self.handler, launch)
-        return launch.correlation_key.encode(), _ENCODE(body).encode()
+        return key, encode_outcome(await outcome(self.handler, launch))
+
+
+def _read_launch(record: Any) -> tuple[Launch, bytes]:
+    """The launch in a consumer record and its correlation key as it goes back.
+    Raises :data:`UNREADABLE`: ``UnicodeError`` (a key or header that is not UTF-8,
+    a key with a lone surrogate), ``BadLaunch`` (a null value, not a launch),
+    ``ValueError`` (not JSON), ``RecursionError`` (nested too deep)."""
+    header = dict(record.headers or ()).get(CORRELATION_HEADER) or record.key
+    key = header.decode() if isinstance(header, bytes) else None
+    if record.value is None:
+        raise BadLaunch("a null value")
+    launch = Launch.from_json(json.loads(record.value), correlation_key=key)
+    return launch, launch.correlation_key.encode()

@@ -1,8 +1,10 @@
 """hipq.downstream.callback_app end to end: a real ``hipq run`` (SQLite and
-PostgreSQL) launches HTTP jobs in callback mode into a callback_app on 127.0.0.1.
-Success, ``Fail``, a retryable exception then success, heartbeats keeping a slow
-job alive past ``heartbeat_timeout_seconds``; and the callback delivery's retries
-against a server that answers 503, then 2xx or 409."""
+PostgreSQL) launches HTTP jobs in callback mode into a callback_app on 127.0.0.1
+that takes callbacks to that hipq only (``hipq_urls``). Success, ``Fail``, a
+retryable exception then success, with hipq's launch credentials (``auth``) and
+without them; heartbeats keeping a slow job alive past
+``heartbeat_timeout_seconds``; and the callback delivery's retries against a
+server that answers 503, then 2xx or 409. Hostile input: test_downstream_hostile."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from yarl import URL
 
 from hipq.client import AsyncClient
 from hipq.downstream import Fail, Launch, callback_app
@@ -39,11 +42,14 @@ async def test_callback_app_success_fail_and_retry(hipq_run: HipqRun, serve: Ser
             raise RuntimeError("upstream hiccup")
         return {"doubled": launch.data["n"] * 2}
 
-    downstream = await serve(callback_app(handle))
     url = await hipq_run()
+    auth = {"type": "bearer", "token": "launch-secret"}
+    downstream = await serve(callback_app(handle, hipq_urls=url, auth=auth))
     async with AsyncClient(url, token=ADMIN) as hipq:
-        await hipq.create_queue("work", attempts=3, target=http_target(downstream),
+        await hipq.create_queue("work", attempts=3, target=http_target(downstream, auth=auth),
                                 retry={"strategy": "fixed", "delay_seconds": 0.05})
+        await hipq.create_queue("nocreds", attempts=3, target=http_target(downstream))
+        await hipq.enqueue("nocreds", "n1", {"n": 1})
         await hipq.enqueue("work", "ok", {"n": 21})
         await hipq.enqueue("work", "declined", {"n": 1, "fail": True})
         await hipq.enqueue("work", "flaky", {"n": 5, "flaky": True})
@@ -56,6 +62,9 @@ async def test_callback_app_success_fail_and_retry(hipq_run: HipqRun, serve: Ser
         flaky = await wait_job(hipq, "work", "flaky", "succeeded", "failed")
         assert (flaky.status, flaky.attempt, flaky.result) == ("succeeded", 2, {"doubled": 10})
         assert flaky.history[0].outcome != "succeeded"
+        nocreds = await wait_job(hipq, "nocreds", "n1", "succeeded", "failed")
+        assert (nocreds.status, nocreds.attempt) == ("failed", 1)  # 401: not retried
+        assert "401" in str(nocreds.history[0].error)
     assert sorted(calls) == [("declined", 1), ("flaky", 1), ("flaky", 2), ("ok", 1)]
 
 
@@ -68,8 +77,8 @@ async def test_heartbeats_keep_a_slow_job_alive(hipq_run: HipqRun, serve: Serve)
         await release.wait()
         return "done"
 
-    downstream = await serve(callback_app(handle, heartbeat_seconds=0.2))
     url = await hipq_run()
+    downstream = await serve(callback_app(handle, hipq_urls=url, heartbeat_seconds=0.2))
     async with AsyncClient(url, token=ADMIN) as hipq:
         await hipq.create_queue("slow", attempts=1, heartbeat_timeout_seconds=1,
                                 target=http_target(downstream))
@@ -93,8 +102,8 @@ async def test_without_heartbeats_the_same_job_times_out(hipq_run: HipqRun,
         await release.wait()
         return "done"
 
-    downstream = await serve(callback_app(handle))
     url = await hipq_run()
+    downstream = await serve(callback_app(handle, hipq_urls=url))
     async with AsyncClient(url, token=ADMIN) as hipq:
         await hipq.create_queue("slow", attempts=1, heartbeat_timeout_seconds=1,
                                 target=http_target(downstream))
@@ -123,21 +132,22 @@ async def test_callback_delivery_retries_until_2xx_or_409(serve: Serve) -> None:
         return 1
 
     clock = FakeClock()
-    downstream = callback_app(handle, clock=clock)
+    downstream = callback_app(handle, hipq_urls=hipq, clock=clock)
     await serve(downstream)  # starts its client session
     worker = downstream[WORKER]
-    url = f"{hipq}/v1/responses/k?attempt=1&sig=x"
+    url = URL(f"{hipq}/v1/responses/k?attempt=1&sig=x")
+    body = b'{"status":"succeeded"}'
     script[:] = [503, 500, 202]
-    await worker.deliver(url, {"status": "succeeded"})
+    await worker.deliver(url, body)
     assert answers == [503, 500, 202]
     script[:] = [503, 409]
-    await worker.deliver(url, {"status": "succeeded"})
+    await worker.deliver(url, body)
     assert answers[3:] == [503, 409]
     script[:] = [401]  # a refusal no retry can change: dropped
-    await worker.deliver(url, {"status": "succeeded"})
+    await worker.deliver(url, body)
     assert answers[5:] == [401]
     script[:] = [429, 200]
-    await worker.deliver(url, {"status": "succeeded"})
+    await worker.deliver(url, body)
     assert answers[6:] == [429, 200]
     assert all(b == {"status": "succeeded"} for b in bodies)
 
@@ -146,11 +156,13 @@ async def test_a_post_that_is_not_a_launch_gets_400(serve: Serve) -> None:
     async def handle(launch: Launch) -> None:
         raise AssertionError("never called")
 
-    url = await serve(callback_app(handle))
+    url = await serve(callback_app(handle, hipq_urls="http://127.0.0.1:8080"))
+    launch = {"id": "x", "queue": "q", "attempt": 1, "max_attempts": 1, "correlation_key": "k"}
     async with aiohttp.ClientSession() as session:
-        for body in ([1, 2], {"id": "x"}, {"id": "x", "queue": "q", "attempt": 1,
-                                           "max_attempts": 1, "correlation_key": "k"}):
+        for body in ([1, 2], {"id": "x"}, launch, {**launch, "callback_url": 8080},
+                     {**launch, "callback_url": ["http://127.0.0.1:8080/v1"]}):
             async with session.post(f"{url}/anything", json=body) as answer:
                 assert answer.status == 400, await answer.text()
-        async with session.post(f"{url}/x", data=b"not json") as answer:
-            assert answer.status == 400
+        for raw in (b"not json", b"[" * 100_000, b'{"id": "\xff"}'):
+            async with session.post(f"{url}/x", data=raw) as answer:
+                assert answer.status == 400

@@ -62,7 +62,7 @@ def check_output(out: str) -> None:
 async def test_producer_and_http_downstream(tmp_path: Path, hipq_run: HipqRun) -> None:
     url = await hipq_run()
     port = _free_port()
-    async with example(tmp_path, "http_downstream.py", str(port), ready="Running on"):
+    async with example(tmp_path, "http_downstream.py", str(port), url, ready="Running on"):
         check_output(await produce(url, "--http", f"http://127.0.0.1:{port}"))
 
 

@@ -1,0 +1,80 @@
+"""What a launch must pass before ``callback_app`` runs it: its callback URL on a
+hipq origin (:class:`Origins`), and hipq's credentials (:func:`authorization`).
+
+``hipq_urls`` are the base URLs of the hipq daemons (their ``api.public_url``),
+parsed once. A callback URL passes when, parsed the way aiohttp sends it (yarl:
+dot segments removed, host lower-cased, default port filled in), its scheme, host
+and port are a base's and its path is under the base's path. That parse is the
+check, so ``http://hipq:80801/``, ``http://hipq:8080@evil/``,
+``http://hipq:8080/base/../admin`` or userinfo do not pass; the parsed URL is the
+one posted to, so what was checked is what is sent. A bad base URL or a bad
+``auth`` raises ``ValueError`` when the application is built, never at a launch.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+
+from yarl import URL
+
+Origin = tuple[str, str, int]  # scheme, host (as yarl encodes it), port
+AUTH_SHAPES = "{type: bearer, token} or {type: basic, username, password}"
+
+
+class Origins:
+    """The hipq base URLs callbacks may go to."""
+
+    def __init__(self, hipq_urls: str | Sequence[str]) -> None:
+        urls = [hipq_urls] if isinstance(hipq_urls, str) else list(hipq_urls)
+        if not urls:
+            raise ValueError("hipq_urls: give the base URL of at least one hipq daemon")
+        self._paths: dict[Origin, tuple[str, ...]] = {}
+        for index, text in enumerate(urls):
+            origin, path = _base(text, index)
+            self._paths[origin] = (*self._paths.get(origin, ()), path)
+
+    def target(self, callback_url: str) -> URL | None:
+        """``callback_url`` parsed as it will be sent, if it is under a base; else None."""
+        try:
+            url = URL(callback_url)
+        except (ValueError, TypeError):
+            return None
+        if url.raw_user is not None or url.raw_password is not None or url.port is None:
+            return None
+        paths = self._paths.get((url.scheme, url.raw_host or "", url.port))
+        return url if paths is not None and url.raw_path.startswith(paths) else None
+
+
+def _base(text: object, index: int) -> tuple[Origin, str]:
+    """(origin, path ending in '/') of one hipq base URL."""
+    problem = f"hipq_urls[{index}] must be a hipq base URL: http[s]://host[:port][/path]"
+    if not isinstance(text, str):
+        raise ValueError(problem)
+    try:
+        url = URL(text)
+    except ValueError:
+        raise ValueError(problem) from None
+    if (url.scheme not in ("http", "https") or not url.raw_host or url.port is None
+            or url.raw_user is not None or url.raw_password is not None
+            or url.raw_query_string or url.raw_fragment):
+        raise ValueError(problem)
+    return (url.scheme, url.raw_host, url.port), url.raw_path.rstrip("/") + "/"
+
+
+def authorization(auth: Mapping[str, str] | None) -> bytes | None:
+    """The ``Authorization`` header hipq sends for an HTTP target's ``auth`` (the
+    same shapes), to compare launches against; None without ``auth``."""
+    if auth is None:
+        return None
+    kind = auth.get("type", "bearer" if "token" in auth else "basic")
+    if kind == "bearer" and auth.get("token"):
+        value = f"Bearer {auth['token']}"
+    elif kind == "basic" and "username" in auth:
+        pair = f"{auth['username']}:{auth.get('password', '')}".encode()
+        value = "Basic " + base64.b64encode(pair).decode()
+    else:
+        raise ValueError(f"auth must be {AUTH_SHAPES}")
+    if any(char in value for char in "\r\n\x00"):
+        raise ValueError("auth: a line break or a NUL character in the credentials")
+    return value.encode()
