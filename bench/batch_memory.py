@@ -21,7 +21,8 @@ import json
 import tracemalloc
 from datetime import UTC, datetime
 
-from hipq.engine.batch import Batch, Entry
+from hipq.engine.batch import Batch
+from hipq.engine.held import HeldTry
 from hipq.testing import claimed_jobs
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -35,7 +36,7 @@ def measure(n: int) -> dict[str, float]:
     batch = Batch()
     jobs = claimed_jobs(n, at=NOW)
     for job in jobs:
-        batch.add(Entry(job=job, deadline=job.deadline))
+        batch.add(HeldTry(job=job, deadline=job.deadline))
     read = tracemalloc.get_traced_memory()[0] - before
     del jobs, job
     batch.overdue(NOW)  # a tick: the tries that still wait let their jobs go

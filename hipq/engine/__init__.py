@@ -6,7 +6,7 @@ settings build), ``throttle`` (the built-in throttler or a plugin), ``launcher``
 (step 5) and ``maintenance`` (vacuum); ``batch`` holds the in-memory state.
 """
 
-from hipq.engine.batch import ReconcileResult
 from hipq.engine.reconciler import Reconciler
+from hipq.engine.result import ReconcileResult
 
 __all__ = ["ReconcileResult", "Reconciler"]

@@ -1,132 +1,212 @@
-"""The current batch: this daemon's in-memory view of the running jobs of the
-queues it holds, and the tick's counters.
+"""The current batch: the tries this daemon holds, of the queues it holds a lease on
+(docs/internals.md, "The batch").
 
 The database is authoritative; the batch is a cache changed only after the
-database said so. One :class:`Entry` per running job, keyed by (queue, id); an
-entry whose ``outcome`` is set has ended in memory and waits for step 3 to persist
-it; a ``dirty`` one without an outcome was extended by a heartbeat. An entry that
-waits through a tick lets its job go (see :class:`Entry`).
+database said so. The data model is one :class:`~hipq.engine.held.HeldTry` per
+held try, by (queue, id). Everything else here is an index derived from those
+records and private, kept in step by the methods that change the batch:
+
+* :class:`_Keys`: tries by correlation key (a producer's key as given; hipq's own
+  keys by the job's token, the key made again from it);
+* :class:`_Holdings`: what each queue's waiting tries hold (weight, normal and
+  critical; tries per ordering key; weight per value of the quota field), so a
+  tick reads a queue's usage without listing its tries;
+* :class:`_Deadlines`: waiting tries bucketed by deadline, ordered by a heap of
+  the distinct deadlines, so a tick finds the overdue ones without a scan.
+
+What a tick asks of the batch, by name: :meth:`Batch.add` (claimed or adopted),
+:meth:`~Batch.end`, :meth:`~Batch.extend`, :meth:`~Batch.settle` (an extension
+persisted), :meth:`~Batch.remove_many` (persisted ends leave),
+:meth:`~Batch.drop_queue` (a lease lost), :meth:`~Batch.by_key`,
+:meth:`~Batch.usage`, :meth:`~Batch.running`, :meth:`~Batch.changed` (what step
+3 persists) and :meth:`~Batch.overdue` (what timed out). Which tries keep their
+jobs, and reading let-go jobs back, is :mod:`hipq.engine.jobs_on_demand`'s.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
 
-from hipq.frozen import quick_init
-from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobError, JobState, generated_key
-from hipq.store.records import Change, InboxOutcome
+from hipq.engine.held import HeldTry, Outcome
+from hipq.jobs import GENERATED_KEY_PREFIX, Job
 from hipq.throttling import RunningUsage, field_value
 
-
-@quick_init
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a try ended, as known in memory before it is persisted."""
-
-    status: JobState  # SUCCEEDED, FAILED or CANCELLED
-    result: Any = None
-    error: JobError | None = None
-    response: Any = None
+COMPACT_SLACK = 1024  # stale deadline items tolerated beyond twice the live tries
 
 
-# Entry.own_key of a try whose key is hipq's own: compared by identity (built at run
-# time, so no string read from anywhere is this object)
-_MADE = "".join(["~", "made by hipq"])
+class _Keys:
+    """Tries by correlation key. Holds only tries whose key can match a response."""
 
-
-class Entry:
-    """One try of the batch.
-
-    The fields a tick reads are kept here; ``job`` is the job as claimed or
-    adopted (with its data). Once the try has waited through a tick the batch lets
-    the job go (a waiting try then costs a few hundred bytes), unless its queue
-    keeps jobs (a plugin throttler reads ``ctx.running``); what needs the rest (a
-    retry strategy, a new quota field) reads the job back (:meth:`Batch.attach`).
-    """
-
-    __slots__ = ("attempt", "critical", "deadline", "dirty", "id", "inbox_ids", "job",
-                 "launched_at", "ordering_key", "outcome", "own_key", "queue", "timeout_seconds",
-                 "token", "value", "weight")
-
-    def __init__(self, job: Job, deadline: datetime | None, outcome: Outcome | None = None,
-                 inbox_ids: Iterable[int] = ()) -> None:
-        self.queue = job.queue
-        self.id = job.id
-        self.attempt = job.attempt
-        self.token = job.token
-        key = job.correlation_key
-        # hipq's own key (~token.attempt) is made again when asked, not kept
-        made = key is not None and key == generated_key(job.token, job.attempt)
-        self.own_key = _MADE if made else key
-        self.launched_at = job.launched_at
-        self.deadline = deadline
-        self.timeout_seconds = job.timeout_seconds
-        self.weight = job.weight
-        self.critical = job.critical
-        self.ordering_key = job.ordering_key
-        self.value: str | None = None  # the quota field's value (kept by the batch)
-        self.job: Job | None = job
-        self.outcome = outcome
-        self.inbox_ids: tuple[int, ...] = tuple(inbox_ids)  # responses applied in memory
-        self.dirty = False  # ended or extended since last persisted (step 3 persists it)
-
-    @property
-    def correlation_key(self) -> str | None:
-        key = self.own_key
-        return generated_key(self.token, self.attempt) if key is _MADE else key
-
-    @property
-    def fixed_key(self) -> bool:
-        """A producer's correlation key (hipq's own keys are one a try)."""
-        key = self.own_key
-        return key is not None and key is not _MADE and not key.startswith(GENERATED_KEY_PREFIX)
-
-    def __repr__(self) -> str:
-        return (f"Entry({self.queue!r}, {self.id!r}, attempt={self.attempt}, "
-                f"deadline={self.deadline!r}, outcome={self.outcome!r})")
-
-
-COMPACT_SLACK = 1024  # stale deadline items tolerated beyond twice the live entries
-
-
-class Batch(Mapping[tuple[str, str], Entry]):
-    """The running entries, indexed so a tick costs O(what changed), not O(running):
-    per queue by id, by correlation key; deadlines in buckets ordered by a heap of
-    the distinct ones; the entries that ended or were extended apart; the
-    weight, ordering keys and quota values each queue's live entries hold.
-
-    Read it as a mapping by (queue, id); change it only through its methods, which
-    keep the indexes in step.
-    """
+    __slots__ = ("by_key", "by_token")
 
     def __init__(self) -> None:
-        self._queues: dict[str, dict[str, Entry]] = {}
-        self._size = 0
-        self._by_key: dict[str, Entry] = {}  # producers' keys
-        self._by_token: dict[str, Entry] = {}  # hipq's own keys, by the job's token
-        self._weights: dict[tuple[str, bool], int] = {}  # (queue, critical) -> weight
-        # per queue, over live entries: ordering key -> entries; and, for a queue with
-        # quotas, the quota field's path and its value -> weight of normal entries
-        self._keys: dict[str, dict[str, int]] = {}
-        self._fields: dict[str, str] = {}
-        self._values: dict[str, dict[str | None, int]] = {}
-        self._full: set[str] = set()  # queues whose entries keep their jobs
-        # entries added or extended since the last overdue(): bucketed (and let go of
-        # their jobs) there, so the many tries that end within their first tick never
-        # touch the deadlines nor lose their job
-        self._fresh: list[Entry] = []
-        self._loose: list[Entry] = []  # jobs read back for a moment: let go next tick
-        self._due: dict[datetime, tuple[datetime, list[Entry]]] = {}  # some stale
-        self._deadlines: list[datetime] = []  # heap of the keys of _due
-        self._due_items = 0
-        # marked entries by id() (an entry whose flag was cleared since is skipped)
-        self._dirty: dict[int, Entry] = {}
+        self.by_key: dict[str, HeldTry] = {}  # keys as given (producers', templates')
+        self.by_token: dict[str, HeldTry] = {}  # hipq's own keys, by the job's token
 
-    def __getitem__(self, key: tuple[str, str]) -> Entry:
+    def add(self, held: HeldTry) -> None:
+        if held.own_key:
+            self.by_token[held.token] = held
+        elif held.given_key:
+            self.by_key[held.given_key] = held
+
+    def remove(self, held: HeldTry) -> None:
+        if held.own_key:
+            if self.by_token.get(held.token) is held:
+                del self.by_token[held.token]
+        elif held.given_key and self.by_key.get(held.given_key) is held:
+            del self.by_key[held.given_key]
+
+    def find(self, correlation_key: str) -> HeldTry | None:
+        """The try with this key (hipq's own: by token, then the attempt checked)."""
+        held = self.by_key.get(correlation_key)
+        if held is None and correlation_key.startswith(GENERATED_KEY_PREFIX):
+            token, dot, attempt = correlation_key[1:].rpartition(".")
+            held = self.by_token.get(token)
+            if held is not None and (not dot or str(held.attempt) != attempt):
+                return None
+        return held
+
+
+class _Holdings:
+    """What each queue's waiting tries hold. A try counts from :meth:`hold` to
+    :meth:`release` (its end or its leaving, whichever comes first)."""
+
+    __slots__ = ("fields", "keys", "values", "weights")
+
+    def __init__(self) -> None:
+        self.weights: dict[tuple[str, bool], int] = {}  # (queue, critical) -> weight
+        self.keys: dict[str, dict[str, int]] = {}  # queue -> ordering key -> tries
+        self.fields: dict[str, str] = {}  # queue -> the quota field counted by value
+        self.values: dict[str, dict[str | None, int]] = {}  # queue -> value -> weight
+
+    def hold(self, held: HeldTry) -> None:
+        slot = (held.queue, held.critical)
+        self.weights[slot] = self.weights.get(slot, 0) + held.weight
+        path = self.fields.get(held.queue)
+        if path is not None:
+            if not held.critical and held.job is not None:
+                held.value = field_value(held.job.data, path)
+            self._count(held, 1)
+        elif held.ordering_key is not None:
+            self._count(held, 1)
+
+    def release(self, held: HeldTry) -> None:
+        self.weights[(held.queue, held.critical)] -= held.weight
+        if held.ordering_key is not None or held.queue in self.fields:
+            self._count(held, -1)
+
+    def usage(self, queue: str, field_path: str | None,
+              waiting: Callable[[], Iterable[HeldTry]]) -> RunningUsage:
+        """The queue's usage; the weights by ``field_path`` are counted afresh over
+        ``waiting()`` when the path is new for the queue (a try whose job was let go
+        counts as no value)."""
+        if field_path is None:
+            if self.fields.pop(queue, None) is not None:
+                self.values.pop(queue, None)
+        elif self.fields.get(queue) != field_path:
+            self.fields[queue] = field_path
+            values: dict[str | None, int] = {}
+            for held in waiting():
+                if not held.critical:
+                    job = held.job
+                    value = held.value = None if job is None else field_value(job.data,
+                                                                                field_path)
+                    values[value] = values.get(value, 0) + held.weight
+            self.values[queue] = values
+        keys = self.keys.get(queue)
+        return RunningUsage(normal_weight=self.weights.get((queue, False), 0),
+                            critical_weight=self.weights.get((queue, True), 0),
+                            ordering_keys=keys.keys() if keys else frozenset(),
+                            field_path=field_path, field_weights=self.values.get(queue, {}))
+
+    def _count(self, held: HeldTry, sign: int) -> None:
+        queue, key = held.queue, held.ordering_key
+        if key is not None:
+            counts = self.keys.setdefault(queue, {})
+            n = counts.get(key, 0) + sign
+            if n > 0:
+                counts[key] = n
+            else:
+                counts.pop(key, None)
+        if not held.critical and queue in self.fields:
+            values = self.values.setdefault(queue, {})
+            weight = values.get(held.value, 0) + sign * held.weight
+            if weight > 0:
+                values[held.value] = weight
+            else:
+                values.pop(held.value, None)
+
+
+class _Deadlines:
+    """Waiting tries in one bucket per distinct deadline, the deadlines on a heap.
+    A bucket may keep tries that ended or moved (skipped when it comes due, dropped
+    by :meth:`compact`)."""
+
+    __slots__ = ("buckets", "heap", "items")
+
+    def __init__(self) -> None:
+        self.buckets: dict[datetime, tuple[datetime, list[HeldTry]]] = {}
+        self.heap: list[datetime] = []
+        self.items = 0
+
+    def add(self, held: HeldTry, deadline: datetime) -> None:
+        slot = self.buckets.get(deadline)
+        if slot is None:
+            self.buckets[deadline] = slot = (deadline, [])
+            heapq.heappush(self.heap, deadline)
+        held.deadline = slot[0]  # one object a deadline
+        slot[1].append(held)
+        self.items += 1
+
+    def due(self, now: datetime, current: Callable[[HeldTry], bool]) -> list[HeldTry]:
+        """Tries still waiting on a deadline at or before ``now`` (each once)."""
+        out: list[HeldTry] = []
+        seen: set[int] = set()  # a try extended twice to one deadline is there twice
+        heap, buckets = self.heap, self.buckets
+        while heap and heap[0] <= now:
+            deadline = heapq.heappop(heap)
+            _, bucket = buckets.pop(deadline)
+            self.items -= len(bucket)
+            for held in bucket:
+                if (held.outcome is None and held.deadline == deadline
+                        and id(held) not in seen and current(held)):
+                    seen.add(id(held))
+                    out.append(held)
+        return out
+
+    def compact(self, tries: Iterable[HeldTry]) -> None:
+        """Rebuild from the live ``tries`` (amortised O(1) an item: jobs end long
+        before their deadlines and each left one item behind)."""
+        self.buckets, self.heap, self.items = {}, [], 0
+        for held in tries:
+            if held.deadline is not None and held.outcome is None:
+                self.add(held, held.deadline)
+
+
+class Batch(Mapping[tuple[str, str], HeldTry]):
+    """The held tries, by (queue, id), with their private indexes (see the module
+    docstring). Read it as a mapping; change it only through its methods."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, dict[str, HeldTry]] = {}  # the records
+        self._size = 0
+        self._keys = _Keys()
+        self._holdings = _Holdings()
+        self._deadlines = _Deadlines()
+        self._changed: dict[int, HeldTry] = {}  # marked dirty, by id() (some cleared since)
+        # tries added or extended since the last overdue(): bucketed there, and let go
+        # of their jobs, so the many tries that end within their first tick never
+        # touch the deadlines nor lose their job
+        self._fresh: list[HeldTry] = []
+        self._loose: list[HeldTry] = []  # jobs read back for a moment: let go next tick
+        self._keeping: set[str] = set()  # queues whose tries keep their jobs
+
+    # -- the mapping ---------------------------------------------------------------
+
+    def __getitem__(self, key: tuple[str, str]) -> HeldTry:
         return self._queues[key[0]][key[1]]
 
     def get(self, key: tuple[str, str], default: Any = None) -> Any:
@@ -147,291 +227,187 @@ class Batch(Mapping[tuple[str, str], Entry]):
     def __len__(self) -> int:
         return self._size
 
-    def entries(self, queue: str) -> Collection[Entry]:
-        """The queue's entries (the batch's own view: read it before it changes)."""
+    def entries(self, queue: str) -> Collection[HeldTry]:
+        """The queue's tries (the batch's own view: read it before it changes)."""
         return self._queues.get(queue, {}).values()
 
-    # -- changes ------------------------------------------------------------------
+    # -- changes ---------------------------------------------------------------------
 
-    def add(self, entry: Entry, *, keep_job: bool = True) -> None:
-        """A job claimed or adopted (an adopted one may have ended already). A
-        waiting entry keeps its job until the next :meth:`overdue`, or not at all
+    def add(self, held: HeldTry, *, keep_job: bool = True) -> None:
+        """A try claimed (step 4) or adopted (an adopted one may have ended already).
+        A waiting try keeps its job until the next :meth:`overdue`, or not at all
         with ``keep_job=False`` (unless its queue keeps jobs)."""
-        queue = entry.queue
+        queue = held.queue
         ids = self._queues.get(queue)
         if ids is None:
             ids = self._queues[queue] = {}
-        elif entry.id in ids:
-            self.remove_many(((queue, entry.id),))
-        ids[entry.id] = entry
+        elif held.id in ids:
+            self.remove_many(((queue, held.id),))
+        ids[held.id] = held
         self._size += 1
-        own = entry.own_key
-        if own is _MADE:
-            self._by_token[entry.token] = entry
-        elif own:
-            self._by_key[own] = entry
-        if entry.outcome is None:
-            slot = (queue, entry.critical)
-            self._weights[slot] = self._weights.get(slot, 0) + entry.weight
-            path = self._fields.get(queue)
-            if path is not None:
-                if not entry.critical and entry.job is not None:
-                    entry.value = field_value(entry.job.data, path)
-                self._count(entry, 1)
-            elif entry.ordering_key is not None:
-                self._count(entry, 1)
-            if not keep_job and queue not in self._full:
-                entry.job = None
-            self._fresh.append(entry)
+        self._keys.add(held)
+        if held.outcome is None:
+            self._holdings.hold(held)
+            if not keep_job and queue not in self._keeping:
+                held.job = None
+            self._fresh.append(held)
         else:
-            self._mark(entry)
+            self._mark(held)
 
-    def end(self, entry: Entry, outcome: Outcome) -> None:
+    def end(self, held: HeldTry, outcome: Outcome) -> None:
         """The try ended in memory; step 3 persists it."""
-        if entry.outcome is None:
-            self._weights[(entry.queue, entry.critical)] -= entry.weight
-            if entry.ordering_key is not None or entry.queue in self._fields:
-                self._count(entry, -1)
-        entry.outcome = outcome
-        entry.dirty = True
-        self._dirty[id(entry)] = entry
+        if held.outcome is None:
+            self._holdings.release(held)
+        held.outcome = outcome
+        self._mark(held)
 
-    def extend(self, entry: Entry, deadline: datetime, inbox_id: int) -> None:
+    def extend(self, held: HeldTry, deadline: datetime, inbox_id: int) -> None:
         """A heartbeat moved the deadline; step 3 persists it."""
-        entry.deadline = deadline
-        entry.inbox_ids += (inbox_id,)
-        self._mark(entry)
-        self._fresh.append(entry)
+        held.deadline = deadline
+        held.inbox_ids += (inbox_id,)
+        self._mark(held)
+        self._fresh.append(held)
 
     def settle(self, key: tuple[str, str], deadline: datetime | None) -> None:
-        """An extension was persisted: the entry waits on, with its new deadline."""
-        entry = self.get(key)
-        if entry is None:
+        """An extension was persisted: the try waits on, with its new deadline."""
+        held = self.get(key)
+        if held is None:
             return
-        entry.inbox_ids = ()
-        if entry.job is not None:
-            entry.job = entry.job.evolve(deadline=deadline)
-        if entry.outcome is None:
-            entry.dirty = False
+        held.inbox_ids = ()
+        if held.job is not None:
+            held.job = held.job.evolve(deadline=deadline)
+        if held.outcome is None:
+            held.dirty = False
 
     def remove(self, key: tuple[str, str]) -> None:
         self.remove_many((key,))
 
     def remove_many(self, keys: Sequence[tuple[str, str]]) -> None:
-        """The entries leave the batch (step 3's persisted changes: one call a tick)."""
-        queues, by_key, by_token, weights = (self._queues, self._by_key, self._by_token,
-                                             self._weights)
+        """The tries leave the batch (step 3's persisted changes: one call a tick)."""
+        queues, index, holdings = self._queues, self._keys, self._holdings
         for queue, job_id in keys:
             ids = queues.get(queue)
-            entry = None if ids is None else ids.pop(job_id, None)
-            if entry is None:
+            held = None if ids is None else ids.pop(job_id, None)
+            if held is None:
                 continue
             self._size -= 1
-            own = entry.own_key
-            if own is _MADE:
-                if by_token.get(entry.token) is entry:
-                    del by_token[entry.token]
-            elif own and by_key.get(own) is entry:
-                del by_key[own]
-            if entry.outcome is None:
-                weights[(queue, entry.critical)] -= entry.weight
-                if entry.ordering_key is not None or queue in self._fields:
-                    self._count(entry, -1)
-            entry.dirty = False
+            index.remove(held)
+            if held.outcome is None:
+                holdings.release(held)
+            held.dirty = False
 
     def drop_queue(self, queue: str) -> None:
-        """The queue's lease was lost: its entries are another daemon's now."""
+        """The queue's lease was lost: its tries are another daemon's now."""
         self.remove_many([(queue, job_id) for job_id in self._queues.get(queue, {})])
 
+    # -- which tries keep their jobs (used by hipq.engine.jobs_on_demand) -----------
+
     def keep_jobs(self, queue: str, keep: bool) -> None:
-        """Whether the queue's entries keep their jobs (``running()`` needs them)."""
+        """Whether the queue's tries keep their jobs (:meth:`running` needs them)."""
         if keep:
-            self._full.add(queue)
-        elif queue in self._full:
-            self._full.discard(queue)
+            self._keeping.add(queue)
+        elif queue in self._keeping:
+            self._keeping.discard(queue)
             self._loose.extend(self.entries(queue))
 
     def wants_jobs(self, queue: str, field_path: str | None) -> list[str]:
-        """Ids of the queue's live entries whose jobs :meth:`usage` or
-        :meth:`running` would need and that were let go: read them back and
-        :meth:`attach` them first."""
-        if queue in self._full or (field_path is not None
-                                   and self._fields.get(queue) != field_path):
-            return [e.id for e in self.entries(queue) if e.job is None and e.outcome is None]
+        """Ids of the queue's waiting tries whose jobs :meth:`usage` or
+        :meth:`running` would need and that were let go."""
+        if queue in self._keeping or (field_path is not None
+                                      and self._holdings.fields.get(queue) != field_path):
+            return [h.id for h in self.entries(queue) if h.job is None and h.outcome is None]
         return []
 
     def attach(self, queue: str, jobs: Iterable[Job]) -> None:
-        """Jobs read back for entries that let theirs go (a job at another attempt,
-        or no longer in the batch, is ignored); let go again at the next tick
-        unless the queue keeps jobs."""
+        """Jobs read back for tries that let theirs go (a job at another attempt, or
+        no longer held, is ignored); let go again at the next tick unless the queue
+        keeps jobs."""
         ids = self._queues.get(queue, {})
-        keep = queue in self._full
+        keep = queue in self._keeping
         for job in jobs:
-            entry = ids.get(job.id)
-            if entry is not None and entry.job is None and entry.attempt == job.attempt:
-                entry.job = job
+            held = ids.get(job.id)
+            if held is not None and held.job is None and held.attempt == job.attempt:
+                held.job = job
                 if not keep:
-                    self._loose.append(entry)
+                    self._loose.append(held)
 
-    # -- reads --------------------------------------------------------------------
+    # -- reads ------------------------------------------------------------------------
 
-    def by_key(self, correlation_key: str) -> Entry | None:
-        """The entry whose try has this key (hipq's own keys: by token and attempt)."""
-        entry = self._by_key.get(correlation_key)
-        if entry is None and correlation_key.startswith(GENERATED_KEY_PREFIX):
-            token, dot, attempt = correlation_key[1:].rpartition(".")
-            entry = self._by_token.get(token)
-            if entry is not None and (not dot or str(entry.attempt) != attempt):
-                return None
-        return entry
+    def by_key(self, correlation_key: str) -> HeldTry | None:
+        """The try that holds this correlation key."""
+        return self._keys.find(correlation_key)
 
     def usage(self, queue: str, field_path: str | None) -> RunningUsage:
-        """What the queue's live entries hold, from the kept counts (the values by
-        ``field_path`` are counted afresh when the path is new for the queue: an
-        entry whose job was let go and not read back counts as no value). The sets
-        and mappings are the batch's own: read them before it changes."""
-        if field_path is None:
-            if self._fields.pop(queue, None) is not None:
-                self._values.pop(queue, None)
-        elif self._fields.get(queue) != field_path:
-            self._fields[queue] = field_path
-            values: dict[str | None, int] = {}
-            for entry in self.entries(queue):
-                if entry.outcome is None and not entry.critical:
-                    job = entry.job
-                    value = entry.value = (None if job is None
-                                           else field_value(job.data, field_path))
-                    values[value] = values.get(value, 0) + entry.weight
-            self._values[queue] = values
-        keys = self._keys.get(queue)
-        return RunningUsage(normal_weight=self._weights.get((queue, False), 0),
-                            critical_weight=self._weights.get((queue, True), 0),
-                            ordering_keys=keys.keys() if keys else frozenset(),
-                            field_path=field_path,
-                            field_weights=self._values.get(queue, {}))
-
-    def _count(self, entry: Entry, sign: int) -> None:
-        """Keep the ordering-key and quota-field counts of a live entry."""
-        key = entry.ordering_key
-        queue = entry.queue
-        if key is not None:
-            counts = self._keys.setdefault(queue, {})
-            n = counts.get(key, 0) + sign
-            if n > 0:
-                counts[key] = n
-            else:
-                counts.pop(key, None)
-        if not entry.critical and queue in self._fields:
-            values = self._values.setdefault(queue, {})
-            value = entry.value
-            weight = values.get(value, 0) + sign * entry.weight
-            if weight > 0:
-                values[value] = weight
-            else:
-                values.pop(value, None)
+        """What the queue's waiting tries hold (the sets and mappings are the batch's
+        own: read them before it changes)."""
+        return self._holdings.usage(
+            queue, field_path, lambda: [h for h in self.entries(queue) if h.outcome is None])
 
     def running(self, queue: str) -> list[Job]:
-        """The queue's jobs that still hold capacity (no outcome yet). Only for a
-        queue that keeps its jobs, or after :meth:`attach`: see :meth:`wants_jobs`."""
+        """The queue's jobs that still hold capacity. Only for a queue that keeps its
+        jobs, or after :meth:`attach`: see :meth:`wants_jobs`."""
         jobs = []
-        for entry in self.entries(queue):
-            if entry.outcome is None:
-                if entry.job is None:
-                    raise LookupError(f"job {entry.id!r} of queue {queue!r} was let go: "
+        for held in self.entries(queue):
+            if held.outcome is None:
+                if held.job is None:
+                    raise LookupError(f"job {held.id!r} of queue {queue!r} was let go: "
                                       f"read it back (Batch.wants_jobs) first")
-                jobs.append(entry.job)
+                jobs.append(held.job)
         return jobs
 
     def running_weight(self, queue: str, *, critical: bool) -> int:
-        return self._weights.get((queue, critical), 0)
+        return self._holdings.weights.get((queue, critical), 0)
 
-    def changed(self) -> list[Entry]:
-        """Entries that ended or were extended since they were last persisted."""
-        live = [entry for entry in self._dirty.values() if entry.dirty]
-        self._dirty = {id(entry): entry for entry in live}  # persisted or gone: off
+    def changed(self) -> list[HeldTry]:
+        """Tries that ended or were extended since they were last persisted."""
+        live = [held for held in self._changed.values() if held.dirty]
+        self._changed = {id(held): held for held in live}  # persisted or gone: off
         return live
 
-    def _mark(self, entry: Entry) -> None:
-        entry.dirty = True
-        self._dirty[id(entry)] = entry
-
-    def _current(self, entry: Entry) -> bool:
-        ids = self._queues.get(entry.queue)
-        return ids is not None and ids.get(entry.id) is entry
-
-    def overdue(self, now: datetime) -> list[Entry]:
-        """Live entries whose deadline is at or before ``now`` (each once). Called
-        once a tick: the entries that still wait since the last call are bucketed
-        by deadline and let go of their jobs here."""
+    def overdue(self, now: datetime) -> list[HeldTry]:
+        """Waiting tries whose deadline is at or before ``now`` (each once). Called
+        once a tick: the tries that still wait since the last call are bucketed by
+        deadline and let go of their jobs here."""
         self._settle_fresh()
-        out: list[Entry] = []
-        seen: set[int] = set()  # an entry extended twice to one deadline is there twice
-        heap, due = self._deadlines, self._due
-        while heap and heap[0] <= now:
-            deadline = heapq.heappop(heap)
-            _, bucket = due.pop(deadline)
-            self._due_items -= len(bucket)
-            for entry in bucket:
-                if (entry.outcome is None and entry.deadline == deadline
-                        and id(entry) not in seen and self._current(entry)):
-                    seen.add(id(entry))
-                    out.append(entry)
-        return out
+        return self._deadlines.due(now, self._current)
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _mark(self, held: HeldTry) -> None:
+        held.dirty = True
+        self._changed[id(held)] = held
+
+    def _current(self, held: HeldTry) -> bool:
+        ids = self._queues.get(held.queue)
+        return ids is not None and ids.get(held.id) is held
 
     def _settle_fresh(self) -> None:
-        """Bucket the deadlines of the entries added or extended since the last call
+        """Bucket the deadlines of the tries added or extended since the last call
         that still wait, and let go of their jobs (and of those read back for a
         moment); one object for equal names, stamps and timeouts."""
         loose, self._loose = self._loose, []
-        for entry in loose:
-            if entry.queue not in self._full:
-                entry.job = None
+        for held in loose:
+            if held.queue not in self._keeping:
+                held.job = None
         if not self._fresh:
             return
         fresh, self._fresh = self._fresh, []
-        full = self._full
+        keeping, deadlines = self._keeping, self._deadlines
         shared: dict[Any, Any] = {}
-        for entry in fresh:
-            if entry.outcome is not None or not self._current(entry):
+        for held in fresh:
+            if held.outcome is not None or not self._current(held):
                 continue
-            if entry.queue not in full:
-                entry.job = None
-            entry.queue = shared.setdefault(entry.queue, entry.queue)
-            if entry.launched_at is not None:
-                entry.launched_at = shared.setdefault(entry.launched_at, entry.launched_at)
-            entry.timeout_seconds = shared.setdefault(entry.timeout_seconds,
-                                                      entry.timeout_seconds)
-            if entry.deadline is not None:
-                self._bucket(entry, entry.deadline)
-        if self._due_items > 2 * self._size + COMPACT_SLACK:
-            self._rebucket()
-
-    def _bucket(self, entry: Entry, deadline: datetime) -> None:
-        slot = self._due.get(deadline)
-        if slot is None:
-            self._due[deadline] = slot = (deadline, [])
-            heapq.heappush(self._deadlines, deadline)
-        entry.deadline = slot[0]  # one object a deadline
-        slot[1].append(entry)
-        self._due_items += 1
-
-    def _rebucket(self) -> None:
-        """Drop the buckets' stale items (entries gone or moved: amortised O(1) an
-        item, since jobs end long before their deadlines and each left one behind)."""
-        due: dict[datetime, tuple[datetime, list[Entry]]] = {}
-        items = 0
-        for ids in self._queues.values():
-            for entry in ids.values():
-                deadline = entry.deadline
-                if deadline is not None and entry.outcome is None:
-                    slot = due.get(deadline)
-                    if slot is None:
-                        due[deadline] = slot = (deadline, [])
-                    slot[1].append(entry)
-                    items += 1
-        self._due, self._due_items = due, items
-        self._deadlines = list(due)
-        heapq.heapify(self._deadlines)
+            if held.queue not in keeping:
+                held.job = None
+            held.queue = shared.setdefault(held.queue, held.queue)
+            if held.launched_at is not None:
+                held.launched_at = shared.setdefault(held.launched_at, held.launched_at)
+            held.timeout_seconds = shared.setdefault(held.timeout_seconds,
+                                                     held.timeout_seconds)
+            if held.deadline is not None:
+                deadlines.add(held, held.deadline)
+        if deadlines.items > 2 * self._size + COMPACT_SLACK:
+            deadlines.compact(h for ids in self._queues.values() for h in ids.values())
 
 
 class LazyJobs(Sequence[Job]):
@@ -464,56 +440,3 @@ class LazyJobs(Sequence[Job]):
 
     def __repr__(self) -> str:
         return repr(self._list())
-
-
-@dataclass(frozen=True, slots=True)
-class ReconcileResult:
-    """What one tick did (every field a count)."""
-
-    fetched: int = 0
-    launched: int = 0
-    rescheduled: int = 0
-    dropped: int = 0
-    expired: int = 0
-    retried: int = 0
-    finished: int = 0
-    timed_out: int = 0
-    responses_applied: int = 0
-    adopted: int = 0
-    throttler_errors: int = 0
-    # for metrics (hipq.metrics) and failure logs, by reference: no per-job work here
-    launched_jobs: Sequence[Job] = ()
-    ended: Sequence[Change] = ()
-    expired_by_queue: Mapping[str, int] = field(default_factory=dict)
-    responses_by_outcome: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def changed(self) -> bool:
-        return any(getattr(self, name) for name in self.__dataclass_fields__)
-
-
-@dataclass(slots=True)
-class Counters:
-    values: dict[str, int] = field(default_factory=dict)
-    launched_jobs: Sequence[Job] = ()
-    ended: Sequence[Change] = ()
-    expired_by_queue: dict[str, int] = field(default_factory=dict)
-    responses_by_outcome: dict[str, int] = field(default_factory=dict)
-
-    def add(self, name: str, n: int = 1) -> None:
-        if n:
-            self.values[name] = self.values.get(name, 0) + n
-
-    def expired(self, queue: str, n: int) -> None:
-        self.add("expired", n)
-        if n:
-            self.expired_by_queue[queue] = self.expired_by_queue.get(queue, 0) + n
-
-    def responses(self, marks: Sequence[tuple[int, InboxOutcome]]) -> None:
-        for _, outcome in marks:
-            self.responses_by_outcome[outcome] = self.responses_by_outcome.get(outcome, 0) + 1
-
-    def result(self) -> ReconcileResult:
-        return ReconcileResult(**self.values, launched_jobs=self.launched_jobs,
-                               ended=self.ended, expired_by_queue=self.expired_by_queue,
-                               responses_by_outcome=self.responses_by_outcome)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from hipq.engine.batch import Entry, Outcome
+from hipq.engine.held import HeldTry, Outcome
 from hipq.jobs import (
     ErrorKind,
     Job,
@@ -194,7 +194,7 @@ def outcome_from_row(row: InboxRow) -> Outcome:
                    response={"source": row.source})
 
 
-def inbox_verdict(entry: Entry, row: InboxRow) -> InboxOutcome | None:
+def inbox_verdict(entry: HeldTry, row: InboxRow) -> InboxOutcome | None:
     """None if the response applies to the entry's try, else why it does not."""
     if row.token is not None and row.token != entry.token:
         return InboxOutcome.STALE  # a signed callback of another job that held this key
@@ -211,7 +211,7 @@ def inbox_verdict(entry: Entry, row: InboxRow) -> InboxOutcome | None:
     return None
 
 
-def extended_deadline(entry: Entry, row: InboxRow, heartbeat_seconds: float | None,
+def extended_deadline(entry: HeldTry, row: InboxRow, heartbeat_seconds: float | None,
                       now: datetime) -> datetime:
     """A heartbeat's new deadline: ``extend_seconds``, else the queue's heartbeat
     timeout, else the job's timeout, from now; never earlier than the current one."""
@@ -227,7 +227,7 @@ def extended_deadline(entry: Entry, row: InboxRow, heartbeat_seconds: float | No
 # -- step 3: ended tries -> changes ---------------------------------------------------
 
 
-def change_for(entry: Entry, spec: QueueSpec | None, retry: RetryFn | None,
+def change_for(entry: HeldTry, spec: QueueSpec | None, retry: RetryFn | None,
                now: datetime) -> Change:
     """What step 3 persists for an entry that ended or was extended. A failed try
     asks the queue's retry strategy (under the rules of :func:`hipq.retry.decide`)

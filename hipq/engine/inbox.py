@@ -6,7 +6,8 @@ acknowledged (HTTP 202, Kafka offset commit); the row is *pending* until it is
 marked with its outcome: ``applied`` (by step 3, in the same transaction as the
 job's change), ``stale`` (another attempt), ``duplicate`` (the try had ended in
 memory already), ``late`` (the try had ended in the database: recorded on the
-job's history) or ``unmatched`` (no job had the key within
+job's history, at most :data:`~hipq.store.history.LATE_PER_TRY` per try; the
+others are only marked) or ``unmatched`` (no job had the key within
 ``responses.buffer_seconds``).
 
 Who is authoritative: the owner of a job's queue applies its responses; the sweep
@@ -23,8 +24,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from hipq.engine.batch import Batch, Counters, Entry
+from hipq.engine.batch import Batch
 from hipq.engine.decide import extended_deadline, inbox_verdict, outcome_from_row
+from hipq.engine.held import HeldTry
+from hipq.engine.result import Counters
 from hipq.jobs import ResponseStatus
 from hipq.store import InboxOutcome, InboxRow, Store
 
@@ -68,7 +71,7 @@ class Inbox:
         """Responses were written (here, or by another daemon that said so)."""
         self._arrived = True
 
-    def watch(self, entry: Entry) -> None:
+    def watch(self, entry: HeldTry) -> None:
         """An entry joined the batch; a response for a fixed key may be waiting."""
         if entry.fixed_key:
             assert entry.correlation_key is not None
@@ -132,7 +135,7 @@ class Inbox:
             await self.store.inbox_mark_many(marks, now=now)
         return unclaimed
 
-    def _apply(self, batch: Batch, entry: Entry, row: InboxRow, now: datetime) -> None:
+    def _apply(self, batch: Batch, entry: HeldTry, row: InboxRow, now: datetime) -> None:
         if row.status == ResponseStatus.RUNNING:
             batch.extend(entry, extended_deadline(
                 entry, row, self.heartbeat_seconds(entry.queue), now), row.id)

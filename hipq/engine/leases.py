@@ -32,8 +32,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from hipq.engine.batch import Entry
 from hipq.engine.decide import outcome_lost
+from hipq.engine.held import HeldTry
 from hipq.store import Store
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ ADOPT_PAGE = 500  # running jobs read and taken at a time by an adoption
 
 
 async def adopt(store: Store, *, queue: str, owner: str, now: datetime,
-                add: Callable[[Entry], None]) -> int:
+                add: Callable[[HeldTry], None]) -> int:
     """Take over the running jobs of a queue whose lease was just acquired: they
     become ours (one statement), then are read a page at a time by id, each page
     given to ``add`` before the next is read, so a takeover needs memory for a
@@ -192,7 +192,7 @@ async def adopt(store: Store, *, queue: str, owner: str, now: datetime,
     while True:
         page = await store.job_load_running(queue=queue, after_id=after, limit=ADOPT_PAGE)
         for job in page:
-            entry = Entry(job=job, deadline=job.deadline)
+            entry = HeldTry(job=job, deadline=job.deadline)
             if not job.launch_confirmed:
                 entry.outcome = outcome_lost()
             add(entry)

@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 
 from hipq.clock import Clock
 from hipq.config import ReconcileConfig, ResponsesConfig
-from hipq.engine.batch import Batch, Counters, Entry, LazyJobs, ReconcileResult
+from hipq.engine.batch import Batch, LazyJobs
 from hipq.engine.decide import (
     Fetch,
     change_for,
@@ -59,11 +59,14 @@ from hipq.engine.decide import (
     sift_decision,
     unique_jobs,
 )
+from hipq.engine.held import HeldTry
 from hipq.engine.inbox import Inbox
+from hipq.engine.jobs_on_demand import JobsOnDemand
 from hipq.engine.launcher import Launcher
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
 from hipq.engine.rates import RateLog
+from hipq.engine.result import Counters, ReconcileResult
 from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
 from hipq.errors import HipqError, StoreConflict
 from hipq.jobs import ErrorKind, Job, JobError, JobState, expired_error
@@ -73,7 +76,7 @@ from hipq.spec import QueueSpec
 from hipq.store import Change, ChangeKind, QueueRecord, Store
 from hipq.targets import Target
 from hipq.targets.registry import Targets
-from hipq.throttling import RateBudget, RunningUsage
+from hipq.throttling import RateBudget
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,7 @@ class Reconciler:
         self.owner = owner
         self.config = config or ReconcileConfig()
         self.batch = Batch()
+        self.jobs = JobsOnDemand(self.batch, store)  # jobs the batch let go, read back
         self.runtimes = Runtimes(targets or Targets())
         self.leases = Leases(store, owner=owner, lease_seconds=self.config.lease_seconds)
         self.inbox = Inbox(store, buffer_seconds=(responses or ResponsesConfig()).buffer_seconds,
@@ -123,20 +127,32 @@ class Reconciler:
     # -- the tick ----------------------------------------------------------------
 
     async def run_once(self) -> ReconcileResult:
-        counters = Counters()
-        now = self.clock.now()
+        """One tick: the steps of docs/internals.md ("The tick"), in order."""
+        counters, now = Counters(), self.clock.now()
         queues = {q.id: q for q in await self.store.queue_list()}
+        # step 0: leases (adoptions), what launches and responses said, deadlines
         await self._leases(queues, now, counters)
         handing_over = self._ready_to_hand_over()
         self._apply_launches(counters)
         await self.inbox.apply(self.batch, now, counters)
         self._mark_timeouts(now, counters)
-        if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
-            self._swept_at = now
-            await self.inbox.sweep(self.batch, now, counters)
-            for job in await self.store.job_expired_sweep(now=now, limit=EXPIRY_SWEEP_LIMIT):
-                counters.expired(job.queue, 1)
-        await self._steps_1_to_5(queues, now, counters)
+        await self._sweep(now, counters)
+        # step 3 starts first, for speed: the ended tries' fates are decided now and
+        # persisted on their own connection while steps 1, 2 and 4 run, since those
+        # touch other rows (queued jobs); a job it re-queues is not claimed this tick
+        changes = counters.ended = await self._decide_ends(queues, now, counters)
+        persisting = asyncio.ensure_future(self._persist(changes, now))
+        try:
+            selections = await self._select(queues, now, counters)  # steps 1 and 2
+            launched = await self._mark_running(selections, _requeued(changes), now)  # 4
+            counters.add("launched", len(launched))
+            counters.launched_jobs = launched
+            self._launch(launched)  # step 5, in the background
+        except BaseException:
+            with contextlib.suppress(BaseException):  # never leave step 3 half-applied
+                await persisting
+            raise
+        await persisting  # step 3 ends here
         await self._hand_over(handing_over)  # scale-out: after the persist, see .leases
         result = counters.result()
         if result.changed:
@@ -144,25 +160,21 @@ class Reconciler:
         self.vacuum.count(result.launched + result.finished)
         return result
 
-    async def _steps_1_to_5(self, queues: Mapping[str, QueueRecord], now: datetime,
-                            counters: Counters) -> None:
+    async def _sweep(self, now: datetime, counters: Counters) -> None:
+        """Once a second: responses nothing claims, queued jobs past ``expires_at``."""
+        if self._swept_at is None or now - self._swept_at >= SWEEP_EVERY:
+            self._swept_at = now
+            await self.inbox.sweep(self.batch, now, counters)
+            for job in await self.store.job_expired_sweep(now=now, limit=EXPIRY_SWEEP_LIMIT):
+                counters.expired(job.queue, 1)
+
+    async def _decide_ends(self, queues: Mapping[str, QueueRecord], now: datetime,
+                           counters: Counters) -> list[Change]:
+        """Step 3's decisions over the tries that ended or were extended (a failed
+        try's job read back first, for its retry strategy)."""
         changed = self.batch.changed()
-        await self._read_back_failed(changed)
-        changes = counters.ended = self._changes(changed, queues, now, counters)
-        requeued = {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
-        persisting = asyncio.ensure_future(self._persist(changes, now))
-        try:
-            selections = await self._select(queues, now, counters)
-            if not self._stopping:
-                launched = await self._mark_running(selections, requeued, now)
-                counters.add("launched", len(launched))
-                counters.launched_jobs = launched
-                self._launch(launched)
-        except BaseException:
-            with contextlib.suppress(BaseException):  # never leave step 3 half-applied
-                await persisting
-            raise
-        await persisting
+        await self.jobs.for_retries(changed)
+        return self._changes(changed, queues, now, counters)
 
     # -- step 0 ------------------------------------------------------------------
 
@@ -206,28 +218,28 @@ class Reconciler:
         for queue in self.rates.queues():
             await self._write_back_rate(queue)
 
-    def _adopted(self, entry: Entry) -> None:
-        """An adopted entry: a waiting one lets its job go at once (an adoption may
+    def _adopted(self, held: HeldTry) -> None:
+        """An adopted try: a waiting one lets its job go at once (an adoption may
         bring a whole running set; see :meth:`Batch.add`)."""
-        self.batch.add(entry, keep_job=False)
-        self.inbox.watch(entry)
+        self.batch.add(held, keep_job=False)
+        self.inbox.watch(held)
 
     def _apply_launches(self, counters: Counters) -> None:
         """Outcomes targets gave at once (and failed launches), straight from memory."""
         batch, applied = self.batch, 0
         for result in self.launcher.take_outcomes():
             job = result.job
-            entry = batch.get((job.queue, job.id))
-            if entry is None or entry.attempt != job.attempt or entry.outcome is not None:
+            held = batch.get((job.queue, job.id))
+            if held is None or held.attempt != job.attempt or held.outcome is not None:
                 continue  # timed out or cancelled meanwhile: the first outcome stands
-            batch.end(entry, outcome_from_launch(result.outcome, result.error))
+            batch.end(held, outcome_from_launch(result.outcome, result.error))
             applied += 1
         counters.add("responses_applied", applied)
 
     def _mark_timeouts(self, now: datetime, counters: Counters) -> None:
-        for entry in self.batch.overdue(now):
-            assert entry.deadline is not None
-            self.batch.end(entry, outcome_timeout(entry.deadline))
+        for held in self.batch.overdue(now):
+            assert held.deadline is not None
+            self.batch.end(held, outcome_timeout(held.deadline))
             counters.add("timed_out")
 
     def _heartbeat_seconds(self, queue: str) -> float | None:
@@ -295,22 +307,9 @@ class Reconciler:
         return _Selection(runtime=runtime, launch=launch,
                           candidates={j.id: j for j in candidates})
 
-    async def _usage(self, spec: QueueSpec) -> RunningUsage:
-        """What the queue's running jobs hold; the jobs the batch let go are read
-        back first where the counts or the throttler need them (a new quota field;
-        a plugin throttler, whose queue then keeps its jobs)."""
-        path = spec.quotas.field if spec.quotas is not None else None
-        self.batch.keep_jobs(spec.id, spec.custom_throttler)
-        await self._read_back(spec.id, self.batch.wants_jobs(spec.id, path))
-        return self.batch.usage(spec.id, path)
-
-    async def _read_back(self, queue: str, ids: Sequence[str]) -> None:
-        if ids:
-            self.batch.attach(queue, await self.store.job_load_running(queue=queue, ids=ids))
-
     async def _fetch(self, runtime: QueueRuntime, now: datetime) -> list[Job]:
         spec = runtime.spec
-        used = await self._usage(spec)
+        used = await self.jobs.usage(spec)
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
             return asyncio.ensure_future(self.store.job_fetch_due(
@@ -352,29 +351,19 @@ class Reconciler:
 
     # -- step 3: retries and persistence ---------------------------------------------
 
-    async def _read_back_failed(self, changed: Sequence[Entry]) -> None:
-        """Failed tries whose jobs the batch let go: their retry strategies get them."""
-        wanted: dict[str, list[str]] = {}
-        failed = JobState.FAILED
-        for entry in changed:
-            if entry.job is None and entry.outcome is not None and entry.outcome.status is failed:
-                wanted.setdefault(entry.queue, []).append(entry.id)
-        for queue, ids in wanted.items():
-            await self._read_back(queue, ids)
-
-    def _changes(self, changed: Sequence[Entry], queues: Mapping[str, QueueRecord],
+    def _changes(self, changed: Sequence[HeldTry], queues: Mapping[str, QueueRecord],
                  now: datetime, counters: Counters) -> list[Change]:
         """Step 3's decisions, over copies: jobs are frozen, the mutable parts of an
         entry are copied by :func:`change_for`, retry plugins get deep copies."""
         changes = []
         strategies: dict[str, tuple[QueueSpec | None, RetryFn | None]] = {}  # per queue
         finished = retried = 0
-        for entry in changed:
-            queue = entry.queue
+        for held in changed:
+            queue = held.queue
             strategy = strategies.get(queue)
             if strategy is None:
                 strategy = strategies[queue] = self._retry_of(queues.get(queue))
-            change = change_for(entry, strategy[0], strategy[1], now)
+            change = change_for(held, strategy[0], strategy[1], now)
             if change.kind is ChangeKind.ARCHIVE:
                 finished += 1
             elif change.kind is ChangeKind.REQUEUE:
@@ -415,6 +404,8 @@ class Reconciler:
     async def _mark_running(self, selections: Sequence[_Selection],
                             requeued: set[tuple[str, str]], now: datetime) -> list[Job]:
         launched: list[Job] = []
+        if self._stopping:
+            return launched
         for selection in selections:
             spec = selection.runtime.spec
             ids = [i for i in selection.launch if (spec.id, i) not in requeued]
@@ -423,10 +414,10 @@ class Reconciler:
             jobs = await self._claim(selection, ids, now)
             add, watch = self.batch.add, self.inbox.watch
             for job in jobs:  # once per launched job
-                entry = Entry(job=job, deadline=job.deadline)
-                add(entry)
+                held = HeldTry(job=job, deadline=job.deadline)
+                add(held)
                 if job.correlation_fixed:
-                    watch(entry)
+                    watch(held)
             launched.extend(jobs)
         return launched
 
@@ -502,3 +493,7 @@ class Reconciler:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""
         self._stopping = True
         self.leases.stopping = True
+
+
+def _requeued(changes: Sequence[Change]) -> set[tuple[str, str]]:
+    return {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}

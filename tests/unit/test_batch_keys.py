@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hipq.engine.batch import Batch, Entry
+from hipq.engine.batch import Batch
+from hipq.engine.held import HeldTry
 from hipq.jobs import Job, JobState
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
-def running(job_id: str, key: str | None, *, token: str = "tok", attempt: int = 2) -> Entry:
+def running(job_id: str, key: str | None, *, token: str = "tok", attempt: int = 2) -> HeldTry:
     job = Job(id=job_id, queue="q", status=JobState.RUNNING, run_at=NOW, created_at=NOW,
               updated_at=NOW, token=token, attempt=attempt, correlation_key=key,
               correlation_fixed=key is not None and not key.startswith("~"))
-    return Entry(job=job, deadline=None)
+    return HeldTry(job=job, deadline=None)
 
 
 def test_own_keys_are_made_again_and_match_only_the_live_try() -> None:

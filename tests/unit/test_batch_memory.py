@@ -9,7 +9,8 @@ import gc
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 
-from hipq.engine.batch import Batch, Entry, Outcome
+from hipq.engine.batch import Batch
+from hipq.engine.held import HeldTry, Outcome
 from hipq.jobs import JobState
 from hipq.testing import claimed_jobs
 
@@ -26,7 +27,7 @@ def test_a_waiting_try_lets_its_job_go_and_stays_small() -> None:
         batch = Batch()
         jobs = claimed_jobs(TRIES, at=NOW)
         for job in jobs:
-            batch.add(Entry(job=job, deadline=job.deadline))
+            batch.add(HeldTry(job=job, deadline=job.deadline))
         del jobs, job
         assert batch.overdue(NOW) == []
         gc.collect()
@@ -41,7 +42,7 @@ def test_a_try_that_ends_within_its_first_tick_keeps_its_job() -> None:
     """The usual fast try (a python target, a quick callback) never pays for a read
     back: it ended before the tick that would let its job go."""
     batch = Batch()
-    quick, slow = (Entry(job=j, deadline=j.deadline) for j in claimed_jobs(2, at=NOW))
+    quick, slow = (HeldTry(job=j, deadline=j.deadline) for j in claimed_jobs(2, at=NOW))
     batch.add(quick)
     batch.add(slow)
     batch.end(quick, Outcome(status=JobState.FAILED))
@@ -53,7 +54,7 @@ def test_a_try_that_ends_within_its_first_tick_keeps_its_job() -> None:
 def test_deadlines_are_found_after_the_jobs_are_let_go() -> None:
     batch = Batch()
     jobs = claimed_jobs(3, at=NOW)
-    entries = [Entry(job=j, deadline=j.deadline) for j in jobs]
+    entries = [HeldTry(job=j, deadline=j.deadline) for j in jobs]
     for entry in entries:
         batch.add(entry)
     batch.overdue(NOW)

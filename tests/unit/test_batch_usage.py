@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hipq.engine.batch import Batch, Entry, Outcome
+from hipq.engine.batch import Batch
+from hipq.engine.held import HeldTry, Outcome
 from hipq.jobs import Job, JobState
 from hipq.plugins import RunningUsage
 
@@ -80,7 +81,7 @@ def test_kept_sums_equal_the_sums_over_the_running_jobs(
             fields, ended = op[1], op[2]
             job = Job(run_at=NOW, created_at=NOW, updated_at=NOW, status=JobState.RUNNING,
                       deadline=NOW + timedelta(seconds=30), **fields)
-            entry = Entry(job=job, deadline=job.deadline)
+            entry = HeldTry(job=job, deadline=job.deadline)
             if ended:
                 entry.outcome = Outcome(status=JobState.SUCCEEDED)
             model.jobs[job.key] = job

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hipq.engine.batch import Entry
 from hipq.engine.decide import (
     Fetch,
     change_for,
@@ -18,6 +17,7 @@ from hipq.engine.decide import (
     sift_decision,
     unique_jobs,
 )
+from hipq.engine.held import HeldTry
 from hipq.jobs import DeliveryStrategy, ErrorKind, Job, JobError, JobState, Ordering
 from hipq.plugins import GiveUp, Retry, RetryContext, RunningUsage, ThrottleResult
 from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
@@ -89,7 +89,7 @@ def test_sift_keeps_the_decision_to_the_candidates() -> None:
 
 
 def test_verdicts_of_responses() -> None:
-    entry = Entry(job=job("a", attempt=2, launched_at=NOW), deadline=None)
+    entry = HeldTry(job=job("a", attempt=2, launched_at=NOW), deadline=None)
     assert inbox_verdict(entry, row(attempt=1)) is InboxOutcome.STALE
     assert inbox_verdict(entry, row(received_at=NOW - timedelta(seconds=1))) \
         is InboxOutcome.LATE
@@ -99,7 +99,7 @@ def test_verdicts_of_responses() -> None:
 
 
 def test_a_heartbeat_never_shortens_the_deadline() -> None:
-    entry = Entry(job=job("a", timeout_seconds=30), deadline=NOW + timedelta(hours=1))
+    entry = HeldTry(job=job("a", timeout_seconds=30), deadline=NOW + timedelta(hours=1))
     assert extended_deadline(entry, row(extend_seconds=5), None, NOW) == entry.deadline
     entry.deadline = None
     assert extended_deadline(entry, row(), 60, NOW) == NOW + timedelta(seconds=60)
@@ -125,15 +125,15 @@ def test_changes_follow_the_retry_rules() -> None:
     def retry(ctx: RetryContext) -> Retry | GiveUp:
         return Retry(at=later)
 
-    timed_out = Entry(job=job("a", attempt=1), deadline=NOW, outcome=outcome_timeout(NOW))
+    timed_out = HeldTry(job=job("a", attempt=1), deadline=NOW, outcome=outcome_timeout(NOW))
     change = change_for(timed_out, spec, retry, NOW)
     assert (change.kind, change.status) == (ChangeKind.ARCHIVE, "failed")
-    failed = Entry(job=job("b", attempt=1), deadline=None,
+    failed = HeldTry(job=job("b", attempt=1), deadline=None,
                    outcome=outcome_from_row(row(status="failed")))
     change = change_for(failed, spec, retry, NOW)
     assert (change.kind, change.run_at) == (ChangeKind.REQUEUE, later)
     assert change_for(failed, None, None, NOW).error == {
         "kind": "response_failed", "detail": "", "gave_up": "the queue no longer exists"}
-    extended = Entry(job=job("c", attempt=1), deadline=later, inbox_ids=[4])
+    extended = HeldTry(job=job("c", attempt=1), deadline=later, inbox_ids=[4])
     change = change_for(extended, spec, retry, NOW)
     assert (change.kind, change.deadline, change.inbox_ids) == (ChangeKind.EXTEND, later, (4,))
