@@ -347,7 +347,7 @@ class LoggingConfig(_Strict):
     json_format: bool = Field(default=False, alias="json")
 
 
-# -- schedules (SPEC 14; the runtime is hipq/schedules.py) ---------------------------
+# -- schedules (docs/configuration.md; the runtime is hipq/schedules.py) ---------------------------
 
 
 class ScheduleConfig(_Strict):

@@ -93,7 +93,7 @@ class Daemon:
         self._scheduler: AsyncIOScheduler | None = None
         self._opened: _Opened | None = None
         self.api_port: int | None = None  # the bound port once the API serves
-        self.schedules: Schedules | None = None  # SPEC 14
+        self.schedules: Schedules | None = None  # docs/configuration.md
         self.metrics = Metrics(monotonic=self.clock.monotonic)
         self.notifier: Notifier | None = None  # scale-out: LISTEN/NOTIFY (PostgreSQL)
 

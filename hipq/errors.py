@@ -11,7 +11,7 @@
     │   └── JobNotFound
     ├── ValidationError        a request that is well-formed but not acceptable
     ├── ConflictError          idempotency conflict (same id, different body)
-    ├── StaleResponse          a response for an attempt that is not the live one
+    │   └── StaleResponse      a response for an attempt that is not the live one
     └── LaunchError            a target could not launch a job
         └── TransientLaunchError
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one daemon (SPEC 10), through ``prometheus-client``.
+"""Prometheus metrics of one daemon (docs/operations.md), through ``prometheus-client``.
 
 Each daemon has its own registry (tests run several daemons in one process).
 Counters count what this daemon did and are fed once per tick from the tick's

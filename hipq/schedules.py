@@ -1,4 +1,4 @@
-"""Recurring schedules (SPEC 14): one idempotent enqueue per cron fire time.
+"""Recurring schedules (docs/configuration.md): one idempotent enqueue per cron fire time.
 
 State model. Fire times come from APScheduler 3's ``CronTrigger`` in the
 schedule's timezone. A fire becomes the job ``<schedule id>:<fire time UTC as

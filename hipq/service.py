@@ -193,7 +193,7 @@ class Hipq:
     async def job_with_history(self, queue: str, job_id: str, *,
                                last: int) -> tuple[Job, JobHistory]:
         """The job, the last ``last`` entries of its history and how many it has in
-        all (a job's JSON, SPEC 8): at most ``last`` history rows are read."""
+        all (a job's JSON, docs/http-api.md): at most ``last`` history rows are read."""
         job = await self._job(queue, job_id)
         return job, await self.store.job_history(queue, job_id, limit=last)
 

@@ -1,4 +1,4 @@
-"""One structured log line per failed try and per job that gives up (SPEC 10),
+"""One structured log line per failed try and per job that gives up (docs/operations.md),
 written by the daemon after each tick from the changes the tick persisted (so the
 reconcile loop itself does no logging work per job).
 

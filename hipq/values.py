@@ -1,4 +1,4 @@
-"""The one check of JSON values that come from outside (SPEC 8, "Hostile input").
+"""The one check of JSON values that come from outside (docs/security.md, "Hostile input").
 
 Every value a client or a downstream hands us (a job's ``data``, a response's
 ``result`` and ``error``, a whole API body, a Kafka response) must be storable on

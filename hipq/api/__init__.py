@@ -1,4 +1,4 @@
-"""The HTTP API (SPEC 8): ``create_app(deps)``, the route table, its models,
+"""The HTTP API (docs/http-api.md): ``create_app(deps)``, the route table, its models,
 the error middleware, auth, and the OpenAPI document.
 
 The names below are imported on first use (PEP 562), so that the wire models

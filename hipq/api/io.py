@@ -17,7 +17,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 # Media types a web page may POST without a CORS preflight: refused, so no page
-# can drive the API from a browser (SPEC 8, "Hostile input").
+# can drive the API from a browser (docs/security.md, "Hostile input").
 SIMPLE_CONTENT_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded",
                                   "multipart/form-data"})
 # the body's own levels above a value's (e.g. ``{"data": ...}``): the models check

@@ -17,7 +17,7 @@ from hipq.schemas import BatchItem
 
 MAX_BATCH = 10_000
 MAX_PAGE = 1000
-HISTORY_SHOWN = 50  # history entries in a job's JSON: its last ones (SPEC 8)
+HISTORY_SHOWN = 50  # history entries in a job's JSON: its last ones (docs/http-api.md)
 
 
 class _Out(BaseModel):

@@ -1,4 +1,4 @@
-"""The wire models of ``GET /v1/schedules`` (SPEC 14), apart from the handler so
+"""The wire models of ``GET /v1/schedules`` (docs/configuration.md), apart from the handler so
 that ``hipq.client`` reads them without the server."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``GET /v1/schedules`` (SPEC 14): the daemon's schedules, each with its next fire
+"""``GET /v1/schedules`` (docs/configuration.md): the daemon's schedules, each with its next fire
 time (see hipq/schedules.py)."""
 
 from __future__ import annotations

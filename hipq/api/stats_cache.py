@@ -1,5 +1,5 @@
 """Queue stats and response counts for the read routes, computed at most once per
-:data:`MAX_AGE_SECONDS` (SPEC 8: reads stay cheap whatever the table sizes).
+:data:`MAX_AGE_SECONDS` (docs/security.md: reads stay cheap whatever the table sizes).
 
 ``/v1/stats``, ``/metrics`` and the queue routes all read the same snapshot, so
 a client polling them (or many clients at once) costs one pair of aggregate

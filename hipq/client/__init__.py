@@ -1,4 +1,4 @@
-"""A client of hipq's HTTP API (SPEC 13), sync and async, over httpx.
+"""A client of hipq's HTTP API (README.md, "From another service"), sync and async, over httpx.
 
     from hipq.client import Client
 

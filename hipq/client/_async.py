@@ -32,7 +32,7 @@ from hipq.schemas import BatchItem
 
 
 class AsyncClient:
-    """An asyncio client of a hipq daemon's API (SPEC 13): ``async with
+    """An asyncio client of a hipq daemon's API (README.md, "From another service"): ``async with
     AsyncClient(url, token) as hipq: await hipq.enqueue(...)``."""
 
     def __init__(self, base_url: str, token: str | None = None,

@@ -30,8 +30,8 @@ from hipq.schemas import BatchItem
 
 
 class Client:
-    """A blocking client of a hipq daemon's API (SPEC 13). Use it as a context
-    manager or call :meth:`close`."""
+    """A blocking client of a hipq daemon's API (README.md, "From another service").
+    Use it as a context manager or call :meth:`close`."""
 
     def __init__(self, base_url: str, token: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, *, retry: RetryPolicy | None = None,

@@ -1,5 +1,5 @@
-"""The other side of a launch (SPEC 13): helpers that make a partner-facing worker
-about ten lines.
+"""The other side of a launch (README.md, "From another service"): helpers that make
+a partner-facing worker about ten lines.
 
     from hipq.downstream import Fail, Launch, callback_app
     from aiohttp import web

@@ -1,5 +1,5 @@
 """What a downstream receives (:class:`Launch`) and how its handler's outcome
-becomes the response body hipq reads (SPEC 6: ``status``, ``retryable``,
+becomes the response body hipq reads (docs/http-api.md: ``status``, ``retryable``,
 ``result``, ``error``, ``attempt``), encoded once (:func:`encode_outcome`).
 
 A Launch's repr shows its callback URL without the query: the query holds the

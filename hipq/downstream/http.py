@@ -6,7 +6,7 @@ launch's signed ``callback_url``. While the handler runs, a heartbeat
 (``{"status": "running"}``) goes to the same URL every ``heartbeat_seconds``, so a
 queue's ``heartbeat_timeout_seconds`` sees the job alive.
 
-Safe to expose (SPEC 13). Before anything runs, a launch is refused:
+Safe to expose (docs/security.md). Before anything runs, a launch is refused:
 
 * 401 ``unauthorized`` without hipq's credentials, when ``auth`` is given (the
   shape of an HTTP target's ``auth``; compared in constant time);

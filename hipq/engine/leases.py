@@ -5,7 +5,8 @@ daemon owns the queue, and a row per live daemon (``daemons``, with a heartbeat)
 says who shares the queues; the database is authoritative. :attr:`Leases.held` is
 this daemon's copy of the queues it owns and fetches for; :attr:`Leases.releasing`
 the queues it still owns but is handing over (no fetch; released once their
-in-flight launches are recorded and persisted, see :mod:`.handover`).
+in-flight launches are recorded and persisted: ``Reconciler._hand_over`` in
+:mod:`hipq.engine.reconciler`).
 
 Fair spread. At each renewal (every third of ``lease_seconds``, on a timer of its
 own so a long tick interval never lets a lease lapse; and at once when queues

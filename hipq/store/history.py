@@ -2,7 +2,7 @@
 recording of late responses, the same on both databases (used by
 :class:`~hipq.store.common.SQLAlchemyStore`).
 
-Both stay bounded whatever a downstream sends (SPEC 8): at most
+Both stay bounded whatever a downstream sends (docs/security.md): at most
 :data:`LATE_PER_TRY` late responses are recorded per try (the others are only
 marked late in the inbox), and a job's JSON reads its last entries and counts the
 rest through the ``(queue, job_id, attempt)`` index, never every row.
@@ -23,7 +23,7 @@ from hipq.store import schema as s
 from hipq.store.records import InboxRow, JobHistory
 from hipq.store.rows import chunks
 
-LATE_PER_TRY = 10  # late responses recorded per try (SPEC 8); later ones are only marked
+LATE_PER_TRY = 10  # late responses recorded per try (docs/security.md); later ones are only marked
 LATE = "late_response"  # the outcome of a late response on the history
 TRIES_CHUNK = 300  # tries per count statement: 3 parameters each (SQLite allows 999)
 
