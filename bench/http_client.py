@@ -27,7 +27,7 @@ from pathlib import Path
 
 import aiohttp
 
-from hipq.targets.http_pool import HttpPool, Target, header_block
+from hipq.targets.http_pool import Endpoint, HttpPool, header_block
 
 BENCH = Path(__file__).resolve().parent
 IN_FLIGHT = 100
@@ -74,7 +74,7 @@ async def run(url: str, requests: int, rounds: int) -> dict[str, list[dict[str, 
             return answer.status
 
     pool = HttpPool(limit=200, cap=64 * 1024)
-    target = Target.parse(url)
+    target = Endpoint.parse(url)
     fixed = header_block([("User-Agent", "hipq"), ("Accept-Encoding", "identity"),
                           ("Content-Type", "application/json")])
 

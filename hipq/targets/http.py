@@ -48,7 +48,7 @@ from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
 from hipq.responses.signing import Signer
 from hipq.targets.base import ACCEPTED, Completed, LaunchOutcome
-from hipq.targets.http_pool import Answer, HttpPool, HttpTransportError, Target, header_block
+from hipq.targets.http_pool import Answer, Endpoint, HttpPool, HttpTransportError, header_block
 from hipq.values import json_problem
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
@@ -116,10 +116,10 @@ class HttpTarget:
         self.client = client
         self._fixed = request_headers({**config.headers, **auth_header(config.auth)})
         self._slots = asyncio.Semaphore(config.max_in_flight)
-        self._target: Target | None = None  # parsed once unless a template
+        self._target: Endpoint | None = None  # parsed once unless a template
         if "{queue}" not in config.url and "{id}" not in config.url:
             try:
-                self._target = Target.parse(config.url)
+                self._target = Endpoint.parse(config.url)
             except ValueError as exc:
                 raise ConfigError(f"target url: {exc}") from None
 
@@ -156,7 +156,7 @@ class HttpTarget:
         outcome = self._outcome(answer.status, answer.content_type, answer_text(answer))
         return with_retry_after(outcome, answer)
 
-    async def _post(self, pool: HttpPool, target: Target, headers: bytes,
+    async def _post(self, pool: HttpPool, target: Endpoint, headers: bytes,
                     body: bytes) -> Answer:
         """One of the target's slots, then the request: both within the launch's
         timeout (TimeoutError)."""
@@ -208,9 +208,9 @@ def request_headers(configured: dict[str, str]) -> bytes:
         raise ConfigError(f"target headers: {exc}") from None
 
 
-def _parse_url(url: str) -> Target:
+def _parse_url(url: str) -> Endpoint:
     try:
-        return Target.parse(url)
+        return Endpoint.parse(url)
     except ValueError as exc:
         raise TransientLaunchError(f"the target URL is not usable: {exc}"[:BODY_EXCERPT],
                                    kind=ErrorKind.TRANSPORT) from None

@@ -77,7 +77,7 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class Endpoint:
     """A parsed URL: where to connect and what to ask for."""
 
     origin: tuple[str, str, int]  # scheme, host (IDNA), port
@@ -85,7 +85,7 @@ class Target:
     path: str  # path and query, percent-encoded
 
     @classmethod
-    def parse(cls, url: str) -> Target:
+    def parse(cls, url: str) -> Endpoint:
         parsed = yarl.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.raw_host:
             raise ValueError(f"not an absolute http(s) URL: {url[:200]!r}")
@@ -291,7 +291,7 @@ class HttpPool:
         self._swept = time.monotonic()
         self._closed = False
 
-    async def post(self, target: Target, headers: bytes, body: bytes, *,
+    async def post(self, target: Endpoint, headers: bytes, body: bytes, *,
                    within: float) -> Answer:
         """POST ``body`` to ``target`` with the ``headers`` block (:func:`header_block`:
         every header but Host and Content-Length) within ``within`` seconds, the wait

@@ -12,7 +12,7 @@ import pytest
 import trustme
 
 from hipq.targets import http_pool
-from hipq.targets.http_pool import HttpPool, HttpTransportError, Target, header_block
+from hipq.targets.http_pool import Endpoint, HttpPool, HttpTransportError, header_block
 
 Script = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -76,8 +76,8 @@ async def pool() -> AsyncIterator[HttpPool]:
     await client.close()
 
 
-def url(server: Server, path: str = "/jobs") -> Target:
-    return Target.parse(f"http://127.0.0.1:{server.port}{path}")
+def url(server: Server, path: str = "/jobs") -> Endpoint:
+    return Endpoint.parse(f"http://127.0.0.1:{server.port}{path}")
 
 
 HEADERS = header_block([("Content-Type", "application/json")])
@@ -235,7 +235,7 @@ async def test_a_refused_connection_is_a_transport_error(pool: HttpPool) -> None
     port = server.port
     await server.close()
     with pytest.raises(HttpTransportError, match="cannot connect"):
-        await pool.post(Target.parse(f"http://127.0.0.1:{port}/"), HEADERS, b"{}", within=5)
+        await pool.post(Endpoint.parse(f"http://127.0.0.1:{port}/"), HEADERS, b"{}", within=5)
 
 
 async def test_requests_in_flight_are_bounded(serve: Callable[[Script], Awaitable[Server]]
@@ -265,13 +265,13 @@ async def test_requests_in_flight_are_bounded(serve: Callable[[Script], Awaitabl
 
 
 def test_urls_and_hosts() -> None:
-    target = Target.parse("https://Example.COM/a b/ü?q=1")
+    target = Endpoint.parse("https://Example.COM/a b/ü?q=1")
     assert target.origin == ("https", "example.com", 443)
     assert (target.host_header, target.path) == ("example.com", "/a%20b/%C3%BC?q=1")
-    v6 = Target.parse("http://[::1]:8081")
+    v6 = Endpoint.parse("http://[::1]:8081")
     assert (v6.origin, v6.host_header, v6.path) == (("http", "::1", 8081), "[::1]:8081", "/")
     with pytest.raises(ValueError, match="absolute"):
-        Target.parse("/relative")
+        Endpoint.parse("/relative")
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -291,7 +291,7 @@ async def test_https_with_a_trusted_certificate(serve: Callable[[Script], Awaita
     await server.start(server_context)
     trusting = ssl.create_default_context()
     ca.configure_trust(trusting)
-    target = Target.parse(f"https://localhost:{server.port}/x")
+    target = Endpoint.parse(f"https://localhost:{server.port}/x")
     try:
         client = HttpPool(limit=2, cap=100, ssl_context=trusting)
         answer = await client.post(target, HEADERS, b"{}", within=5)
