@@ -38,15 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def check_exposure(api: ApiConfig) -> None:
     """docs/security.md: without tokens, the API listens only on a loopback address
-    unless ``api.allow_insecure`` says otherwise (then with a warning); on loopback
-    without tokens, a warning that every local user can drive it."""
-    if not api.enabled:
-        return
-    if is_loopback(api.host):
-        if not api.tokens:
-            log.warning("the API has no tokens (api.tokens): every local user and every "
-                        "program on this machine can create queues and enqueue jobs",
-                        extra={"action": "api_open_locally"})
+    unless ``api.allow_insecure`` says otherwise (then with a warning)."""
+    if not api.enabled or is_loopback(api.host):
         return
     if not api.tokens and not api.allow_insecure:
         raise ConfigError(f"api.host {api.host!r} is not a loopback address and api.tokens "
@@ -61,6 +54,15 @@ def check_exposure(api: ApiConfig) -> None:
                     api.host, extra={"action": "api_exposed"})
 
 
+def warn_open_locally(api: ApiConfig) -> None:
+    """A daemon without tokens on loopback: every local user can drive it (said once
+    the config and the database passed their checks, beside the start line)."""
+    if api.enabled and not api.tokens and is_loopback(api.host):
+        log.warning("the API has no tokens (api.tokens): every local user and every "
+                    "program on this machine can create queues and enqueue jobs",
+                    extra={"action": "api_open_locally"})
+
+
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     check_exposure(settings.api)
     daemon = Daemon(settings, migrate=not args.no_migrate)
@@ -71,6 +73,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         await store.close()
     check_queues(settings, args.config)
     check_schedules(settings)  # the cron strings; the queues once the store is open
+    warn_open_locally(settings.api)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

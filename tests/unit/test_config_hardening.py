@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hipq.cli.commands import check_exposure, is_loopback
+from hipq.cli.commands import check_exposure, is_loopback, warn_open_locally
 from hipq.config import MIN_SIGNING_KEY, ApiConfig, QueueConfig, load_config
 from hipq.errors import ConfigError
 
@@ -74,7 +74,7 @@ def test_a_non_loopback_host_needs_tokens_or_allow_insecure(
         caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ConfigError, match=r"api\.allow_insecure"):
         check_exposure(ApiConfig(host="0.0.0.0"))
-    check_exposure(ApiConfig(host="127.0.0.1", tokens=[{"token": "t" * 20}]))  # silent
+    check_exposure(ApiConfig(host="127.0.0.1"))  # loopback: fine, silent here
     check_exposure(ApiConfig(host="0.0.0.0", enabled=False))  # no API: nothing listens
     assert not caplog.records
     with caplog.at_level(logging.WARNING, logger="hipq"):
@@ -88,7 +88,9 @@ def test_a_non_loopback_host_needs_tokens_or_allow_insecure(
 def test_loopback_without_tokens_warns_every_local_user_can_drive_it(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="hipq"):
-        check_exposure(ApiConfig(host="127.0.0.1"))
+        warn_open_locally(ApiConfig(host="127.0.0.1", tokens=[{"token": "t" * 20}]))
+        warn_open_locally(ApiConfig(host="0.0.0.0"))  # check_exposure's to say
+        warn_open_locally(ApiConfig(host="127.0.0.1"))
     [record] = caplog.records
     assert "every local user" in record.getMessage()
     assert record.action == "api_open_locally"  # type: ignore[attr-defined]
