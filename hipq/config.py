@@ -29,7 +29,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
-from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
+from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec, RetrySpec
 from hipq.throttling import windows
 from hipq.values import INT32_MAX
 
@@ -143,6 +143,11 @@ class RetryConfig(BaseModel):
         """``options`` merged with the flat option keys (``base_seconds: 1``)."""
         return {**(self.model_extra or {}), **self.options}
 
+    def to_spec(self) -> RetrySpec:
+        """The frozen view :func:`hipq.retry.build_retry` works with."""
+        return RetrySpec(strategy=self.strategy, plugin=self.plugin,
+                         options=MappingProxyType(self.all_options()))
+
 
 class CorrelationConfig(_Strict):
     request: str | None = None
@@ -255,7 +260,7 @@ class QueueConfig(_Strict):
                 launches=rate.launches, per_seconds=rate.per_seconds, by=rate.by),
             merge_by_ordering_key=self.merge_by_ordering_key,
             ordering_key_mode=self.ordering_key_mode, paused=self.paused,
-            custom_throttler=self.throttler is not None)
+            custom_throttler=self.throttler is not None, retry=self.retry.to_spec())
 
 
 class DatabaseConfig(_Strict):

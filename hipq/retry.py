@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from hipq.config import RetryConfig
 from hipq.errors import ConfigError
 from hipq.jobs import UNKNOWN_OUTCOME_KINDS, DeliveryStrategy
 from hipq.plugins import GiveUp, Retry, RetryContext, instantiate
-from hipq.spec import QueueSpec
+from hipq.spec import QueueSpec, RetrySpec
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +83,16 @@ BUILTIN_STRATEGIES: Mapping[str, type[Any]] = {
 DEFAULT_STRATEGY = "exponential"
 
 
-def build_retry(config: RetryConfig) -> RetryFn:
-    """The decision function for a queue's ``retry`` config."""
-    options = config.all_options()
-    if config.plugin:
-        return instantiate(config.plugin, options, "decide")
-    name = config.strategy or DEFAULT_STRATEGY
+def build_retry(spec: RetrySpec) -> RetryFn:
+    """The decision function for a queue's retry settings.
+
+    Raises:
+        ConfigError: an unknown strategy or option, or a plugin that cannot be loaded.
+    """
+    options = spec.options
+    if spec.plugin:
+        return instantiate(spec.plugin, options, "decide")
+    name = spec.strategy or DEFAULT_STRATEGY
     cls = BUILTIN_STRATEGIES.get(name)
     if cls is None:
         raise ConfigError(f"unknown retry strategy {name!r} "

@@ -354,7 +354,7 @@ def validate_queue(config: QueueConfig) -> None:
     bad ``auth`` or a header that would break a request fails at creation."""
     try:
         build_throttler(config)
-        build_retry(config.retry)
+        build_retry(config.retry.to_spec())
         correlation.check(config.correlation)
         if isinstance(config.target, HttpTargetConfig):
             HttpTarget(config.target, None)

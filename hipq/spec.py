@@ -3,14 +3,17 @@ typed view built once per settings change.
 
 The pydantic ``QueueConfig`` (``hipq.config``) is the edge: it parses YAML and API
 bodies and reports what is wrong with them. Everything inside (throttling parts,
-retry rules, plugins) gets a :class:`QueueSpec` instead: plain frozen dataclasses,
-no validation cost per tick, and nothing a plugin could change.
+retry rules, plugins) gets a :class:`QueueSpec` (its retry settings a
+:class:`RetrySpec`) instead: plain frozen dataclasses, no validation cost per tick,
+and nothing a plugin could change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from hipq.jobs import DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
 
@@ -41,6 +44,19 @@ class RateLimitSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RetrySpec:
+    """How a queue retries a failed try: a built-in ``strategy`` (``None``: the
+    default) or a ``plugin`` (``module:attr``), with its ``options`` (the config's
+    ``options`` merged with its flat keys). ``options`` stays out of the repr: a
+    value may be secret."""
+
+    strategy: str | None = None
+    plugin: str | None = None
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}),
+                                       repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueSpec:
     """A queue's settings as the engine and plugins see them.
 
@@ -66,6 +82,7 @@ class QueueSpec:
     ordering_key_mode: str = "strict"
     paused: bool = False
     custom_throttler: bool = False  # a plugin throttler: it gets deep copies of jobs
+    retry: RetrySpec = field(default_factory=RetrySpec)
 
     @property
     def effective_critical_concurrency(self) -> int | None:

@@ -119,7 +119,7 @@ def check_queues(settings: Settings, source: str | None = None) -> None:
                               "(bootstrap_servers, ...) in the config")
         try:
             build_throttler(queue)
-            build_retry(queue.retry)
+            build_retry(queue.retry.to_spec())
             if queue.target is not None and queue.target.kind != "memory":
                 build_target(queue.target)
         except HipqError as exc:

@@ -23,10 +23,40 @@ redirects, gives up on an outcome after ``callback_deadline_seconds``, bounds it
 pending launches (``max_pending``: 503) and can require hipq's credentials
 (``auth``: 401); ``KafkaResponder`` skips (and logs) a record it cannot read. No
 repr or log line of theirs shows a callback signature or a token.
+
+The names below are imported on first use (PEP 562): ``KafkaResponder`` alone does
+not load the aiohttp server.
 """
 
-from hipq.downstream._launch import Fail, Handler, Launch
-from hipq.downstream.http import callback_app
-from hipq.downstream.kafka import KafkaResponder
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hipq.downstream._launch import Fail, Handler, Launch
+    from hipq.downstream.http import callback_app
+    from hipq.downstream.kafka import KafkaResponder
+
+_WHERE = {
+    "Fail": "hipq.downstream._launch",
+    "Handler": "hipq.downstream._launch",
+    "KafkaResponder": "hipq.downstream.kafka",
+    "Launch": "hipq.downstream._launch",
+    "callback_app": "hipq.downstream.http",
+}
 
 __all__ = ["Fail", "Handler", "KafkaResponder", "Launch", "callback_app"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

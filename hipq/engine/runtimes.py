@@ -42,9 +42,10 @@ class Runtimes:
         if current is not None and current.config == record.config:
             return current
         config = record.config
+        spec = config.to_spec()
         runtime = QueueRuntime(
-            config=config, spec=config.to_spec(), throttler=build_throttler(config),
-            retry=build_retry(config.retry),
+            config=config, spec=spec, throttler=build_throttler(config),
+            retry=build_retry(spec.retry),
             target=None if config.target is None else self.targets(config.target))
         self._built[record.id] = runtime
         return runtime

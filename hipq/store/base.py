@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hipq.config import QueueConfig
 from hipq.jobs import Attempt, Job, Ordering
 from hipq.store.records import (
     Change,
@@ -38,6 +37,9 @@ from hipq.store.records import (
     QueueStats,
     Response,
 )
+
+if TYPE_CHECKING:  # the protocol loads no I/O library (pydantic is the config's edge)
+    from hipq.config import QueueConfig
 
 
 class Store(Protocol):

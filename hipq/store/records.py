@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hipq.config import QueueConfig
 from hipq.frozen import quick_init
 from hipq.jobs import Attempt, Job
+
+if TYPE_CHECKING:  # the pydantic model is only carried here: no pydantic at import
+    from hipq.config import QueueConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -115,7 +115,7 @@ def test_built_in_retry_options_are_checked_when_the_queue_is_made(
     config = QueueConfig.model_validate({"id": "q", "target": {"kind": "memory", "name": "t"},
                                          "retry": retry})
     with pytest.raises(ConfigError, match=needle):
-        build_retry(config.retry)
+        build_retry(config.retry.to_spec())
 
 
 def test_good_built_in_retry_options_pass() -> None:
@@ -127,4 +127,4 @@ def test_good_built_in_retry_options_pass() -> None:
                   {"strategy": "lowkiq"}, {}):
         config = QueueConfig.model_validate({"id": "q", "retry": retry,
                                              "target": {"kind": "memory", "name": "t"}})
-        assert callable(build_retry(config.retry))
+        assert callable(build_retry(config.retry.to_spec()))
