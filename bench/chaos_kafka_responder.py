@@ -57,7 +57,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from chaos_downstream import serve
 
-from hipq.responses.kafka import rewind_truncated
+from hipq.responses.kafka_consumer import rewind_truncated
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
 SESSION = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200}

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import drop_database, fresh_database, postgres
 
+from hipq.bodies import EnqueueRequest
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
 from hipq.engine import Reconciler
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import open_store
 

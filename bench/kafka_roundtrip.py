@@ -34,10 +34,10 @@ import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from hipq.bodies import EnqueueRequest
 from hipq.config import Settings
 from hipq.daemon import Daemon
 from hipq.downstream import KafkaResponder, Launch
-from hipq.schemas import EnqueueRequest
 from hipq.store import schema as s
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ _WHERE = {
     "ConfigError": "hipq.errors",
     "ConflictError": "hipq.errors",
     "Daemon": "hipq.daemon",
-    "EnqueueRequest": "hipq.schemas",
+    "EnqueueRequest": "hipq.bodies",
     "Hipq": "hipq.service",
     "HipqError": "hipq.errors",
     "Job": "hipq.jobs",
@@ -25,7 +25,7 @@ _WHERE = {
     "QueueNotFound": "hipq.errors",
     "ReconcileResult": "hipq.engine",
     "Reconciler": "hipq.engine",
-    "ResponseRequest": "hipq.schemas",
+    "ResponseRequest": "hipq.bodies",
     "Settings": "hipq.config",
     "Store": "hipq.store",
     "load_config": "hipq.config",
@@ -54,12 +54,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from hipq.bodies import EnqueueRequest, ResponseRequest
     from hipq.config import QueueConfig, Settings, load_config
     from hipq.daemon import Daemon
     from hipq.engine import Reconciler, ReconcileResult
     from hipq.errors import ConfigError, ConflictError, HipqError, JobNotFound, QueueNotFound
     from hipq.jobs import Job, JobState
-    from hipq.schemas import EnqueueRequest, ResponseRequest
     from hipq.service import Hipq
     from hipq.store import Store, open_store
 

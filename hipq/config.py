@@ -322,7 +322,7 @@ class KafkaResponseFields(_Strict):
 
 class KafkaConfig(_Strict):
     """The shared producer (Kafka targets) and the response consumer group
-    (see ``hipq/targets/kafka.py`` and ``hipq/responses/kafka.py``)."""
+    (see ``hipq/targets/kafka_target.py`` and ``hipq/responses/kafka_consumer.py``)."""
 
     bootstrap_servers: str
     group_id: str = "hipq"

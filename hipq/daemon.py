@@ -46,7 +46,7 @@ from hipq.targets.http import HttpClient
 from hipq.tick_log import log_failures
 
 if TYPE_CHECKING:
-    from hipq.responses.kafka import KafkaResponseConsumer
+    from hipq.responses.kafka_consumer import KafkaResponseConsumer
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,8 @@ class Daemon:
         self._stack.push_async_callback(http.close)
         producer, consumer = None, None
         if self.settings.kafka is not None:  # both connect lazily, retrying with back-off
-            from hipq.responses.kafka import KafkaResponseConsumer  # aiokafka: 5 MB
-            from hipq.targets.kafka import KafkaProducer
+            from hipq.responses.kafka_consumer import KafkaResponseConsumer  # aiokafka: 5 MB
+            from hipq.targets.kafka_target import KafkaProducer
 
             producer = KafkaProducer(self.settings.kafka, clock=self.clock)
             self._stack.push_async_callback(producer.close)

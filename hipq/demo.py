@@ -33,11 +33,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from hipq.bodies import EnqueueRequest
 from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
 from hipq.daemon import Daemon
 from hipq.log import setup_logging
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 
 DEADLINE_SECONDS = 50.0  # the showcase gives up (exit 1) rather than run past a minute

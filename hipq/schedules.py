@@ -30,10 +30,10 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.triggers.cron import CronTrigger
 
 from hipq.api.schedule_models import ScheduleOut
+from hipq.bodies import EnqueueRequest
 from hipq.clock import Clock
 from hipq.config import ScheduleConfig, Settings
 from hipq.errors import ConfigError, HipqError, QueueNotFound
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.clock import Clock, SystemClock
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.config import QueueConfig
@@ -43,7 +44,6 @@ from hipq.responses import correlation
 from hipq.responses.batcher import Batcher
 from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
-from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.store import (
     InsertOutcome,
     InsertStatus,

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from hipq.jobs import Job, JobState, generated_key
-from hipq.targets.base import Accepted, Completed, LaunchOutcome
+from hipq.targets.interface import Accepted, Completed, LaunchOutcome
 
 __all__ = ["FakeClock", "MemoryTarget", "bulk_insert_jobs_sql", "migrate_database"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
+from hipq.api.api_errors import error_middleware
 from hipq.api.auth import ROLE_KEY, TokenAuth
 from hipq.api.deps import DEPS, ApiDeps
-from hipq.api.errors import error_middleware
 from hipq.api.io import refuse_simple_content_type
 from hipq.api.openapi import build_openapi
 from hipq.api.origin import SameOrigin

@@ -16,7 +16,7 @@ from enum import IntEnum
 
 from aiohttp import web
 
-from hipq.api.errors import ApiError
+from hipq.api.api_errors import ApiError
 from hipq.config import TokenConfig
 
 

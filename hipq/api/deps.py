@@ -21,7 +21,7 @@ class ApiDeps:
     service: Hipq
     config: ApiConfig
     signer: Signer
-    schedules: Schedules | None = None  # GET /v1/schedules (hipq/api/schedules.py)
+    schedules: Schedules | None = None  # GET /v1/schedules (hipq/api/schedules_page.py)
     metrics: Metrics | None = None  # None: /metrics shows the queue gauges only
 
 

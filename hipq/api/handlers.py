@@ -13,9 +13,9 @@ from aiohttp import web
 from pydantic import Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from hipq.api.api_errors import ApiError
 from hipq.api.auth import Role, request_role
 from hipq.api.deps import DEPS
-from hipq.api.errors import ApiError
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
 from hipq.api.models import (
     HISTORY_SHOWN,
@@ -34,10 +34,10 @@ from hipq.api.models import (
 from hipq.api.paging import collect_page
 from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
 from hipq.api.stats_cache import STATS
+from hipq.bodies import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
-from hipq.schemas import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus, JobHistory, QueueRecord, QueueStats
 from hipq.values import MAX_DEPTH, json_problem

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel
 
-from hipq.api.errors import ApiError
+from hipq.api.api_errors import ApiError
 from hipq.values import MAX_DEPTH, json_problem
 
 M = TypeVar("M", bound=BaseModel)

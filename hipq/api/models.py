@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 
+from hipq.bodies import BatchItem
 from hipq.config import QueueConfig
-from hipq.schemas import BatchItem
 
 MAX_BATCH = 10_000
 MAX_PAGE = 1000
@@ -109,7 +109,7 @@ class BatchRequest(_In):
 
 class BatchEnvelope(_In):
     """How the handler reads a batch: the envelope strictly, the items one by one
-    with :class:`~hipq.schemas.BatchItem`, so one bad item does not reject the rest."""
+    with :class:`~hipq.bodies.BatchItem`, so one bad item does not reject the rest."""
 
     jobs: Annotated[list[Any], Field(max_length=MAX_BATCH)]
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from hipq.api.errors import ApiError
+from hipq.api.api_errors import ApiError
 from hipq.config import ApiConfig
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-from hipq.api.errors import ApiError
+from hipq.api.api_errors import ApiError
 from hipq.api.origin import origin_of
 from hipq.config import QueueConfig
 from hipq.errors import ConfigError, ValidationError

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from hipq.api.api_errors import ApiError
 from hipq.api.deps import DEPS
-from hipq.api.errors import ApiError
 from hipq.api.io import read_query
 from hipq.api.models import ResponseOut, ResponsesQuery
 from hipq.api.paging import collect_page

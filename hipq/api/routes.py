@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel
 
-from hipq.api import dashboard, live, metrics_page, responses_page
+from hipq.api import dashboard, metrics_page, queued_jobs, responses_page
 from hipq.api import handlers as h
-from hipq.api import schedules as sched
+from hipq.api import schedules_page as sched
 from hipq.api.auth import Role
 from hipq.api.models import (
     AcceptedOut,
@@ -31,8 +31,8 @@ from hipq.api.models import (
     StatsOut,
 )
 from hipq.api.schedule_models import ScheduleList
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
-from hipq.schemas import EnqueueRequest, ResponseRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Answers = Mapping[int, type[BaseModel] | str]  # a model (JSON) or a media type
@@ -106,10 +106,10 @@ ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/v1/archived-jobs", handler=h.archived_jobs, role=R,
           tags=("jobs",), summary="Finished jobs, newest first, keyset-paginated",
           query=ArchivedQuery, answers={200: ArchivedPage}),
-    Route(method="GET", path="/v1/queued-jobs", handler=live.queued_jobs, role=R,
+    Route(method="GET", path="/v1/queued-jobs", handler=queued_jobs.queued_jobs, role=R,
           tags=("jobs",), summary="A queue's queued (queue order) or running (launch order) "
-          "jobs, keyset-paginated", query=live.LiveQuery,
-          answers={200: live.LivePageOut, 404: ErrorOut}),
+          "jobs, keyset-paginated", query=queued_jobs.LiveQuery,
+          answers={200: queued_jobs.LivePageOut, 404: ErrorOut}),
     Route(method="GET", path="/v1/responses", handler=responses_page.unmatched_responses,
           role=R, tags=("responses",), summary="Responses recorded as unmatched (no job had "
           "their key within responses.buffer_seconds), newest first, keyset-paginated; "

@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from hipq.api.origin import is_loopback
-from hipq.cli.common import reach, run_command, with_store
+from hipq.bodies import EnqueueRequest
+from hipq.cli.context import reach, run_command, with_store
 from hipq.config import ApiConfig, Settings, format_validation_error
 from hipq.daemon import Daemon, settle_heap
 from hipq.engine.leases import timing_warnings
@@ -23,7 +24,6 @@ from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
 from hipq.retry import build_retry
 from hipq.schedules import check_schedules
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq, validate_queue
 from hipq.store import Store, open_store
 from hipq.store.schema import SCHEMA_VERSION

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hipq.cli.common import run_command, with_store
+from hipq.cli.context import run_command, with_store
 from hipq.cli.parser import LIVE_STATES
 from hipq.clock import SystemClock
 from hipq.config import Settings
 from hipq.daemon import PRUNE_BATCH
 from hipq.errors import ConfigError
 from hipq.jobs import Job
-from hipq.live import InvalidCursor, list_live
+from hipq.live_jobs import InvalidCursor, list_live
 from hipq.log import printable
 from hipq.service import Hipq
 from hipq.store import QueueStats, Store

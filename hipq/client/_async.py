@@ -12,6 +12,7 @@ import httpx
 
 from hipq.api.models import ArchivedPage, BatchResult, JobOut, QueueOut, StatsOut
 from hipq.api.schedule_models import ScheduleOut
+from hipq.bodies import BatchItem
 from hipq.client import _calls
 from hipq.client._core import (
     DEFAULT_MAX_BATCH_BYTES,
@@ -28,7 +29,6 @@ from hipq.client._core import (
     enqueue_result,
 )
 from hipq.clock import Clock, SystemClock
-from hipq.schemas import BatchItem
 
 
 class AsyncClient:

@@ -19,7 +19,7 @@ import httpx
 
 from hipq import errors
 from hipq.api.models import MAX_BATCH, BatchResult, JobOut
-from hipq.schemas import BatchItem, EnqueueRequest
+from hipq.bodies import BatchItem, EnqueueRequest
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_PAGE_SIZE = 100

@@ -11,6 +11,7 @@ import httpx
 
 from hipq.api.models import ArchivedPage, BatchResult, JobOut, QueueOut, StatsOut
 from hipq.api.schedule_models import ScheduleOut
+from hipq.bodies import BatchItem
 from hipq.client import _calls
 from hipq.client._core import (
     DEFAULT_MAX_BATCH_BYTES,
@@ -26,7 +27,6 @@ from hipq.client._core import (
     enqueue_call,
     enqueue_result,
 )
-from hipq.schemas import BatchItem
 
 
 class Client:

@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hipq.downstream._launch import Fail, Handler, Launch
-    from hipq.downstream.http import callback_app
-    from hipq.downstream.kafka import KafkaResponder
+    from hipq.downstream.callback import callback_app
+    from hipq.downstream.kafka_responder import KafkaResponder
 
 _WHERE = {
     "Fail": "hipq.downstream._launch",
     "Handler": "hipq.downstream._launch",
-    "KafkaResponder": "hipq.downstream.kafka",
+    "KafkaResponder": "hipq.downstream.kafka_responder",
     "Launch": "hipq.downstream._launch",
-    "callback_app": "hipq.downstream.http",
+    "callback_app": "hipq.downstream.callback",
 }
 
 __all__ = ["Fail", "Handler", "KafkaResponder", "Launch", "callback_app"]

@@ -32,7 +32,7 @@ from hipq.plugins import GiveUp, Retry, RetryContext, ThrottleResult
 from hipq.retry import RetryFn, decide
 from hipq.spec import QueueSpec
 from hipq.store.records import Change, ChangeKind, InboxOutcome, InboxRow
-from hipq.targets.base import Completed, LaunchOutcome
+from hipq.targets.interface import Completed, LaunchOutcome
 from hipq.throttling import DEFAULT_GROUP, QuotaPlan, RunningUsage
 
 _SUCCEEDED, _CANCELLED = JobState.SUCCEEDED.value, JobState.CANCELLED.value  # plain str

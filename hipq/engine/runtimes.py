@@ -13,7 +13,7 @@ from hipq.plugins import Throttler
 from hipq.retry import RetryFn, build_retry
 from hipq.spec import QueueSpec
 from hipq.store.records import QueueRecord
-from hipq.targets.base import Target
+from hipq.targets.interface import Target
 
 TargetFactory = Callable[[TargetConfig], Target]
 

@@ -1,7 +1,7 @@
 """Targets: where launched jobs are sent, behind one small interface.
 
 The names below are imported on first use (PEP 562): the interface
-(``hipq.targets.base``) loads without the HTTP, Kafka and configuration libraries
+(``hipq.targets.interface``) loads without the HTTP, Kafka and configuration libraries
 the targets themselves use.
 """
 
@@ -11,15 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hipq.targets.base import ACCEPTED, Accepted, Completed, LaunchOutcome, Target
+    from hipq.targets.interface import ACCEPTED, Accepted, Completed, LaunchOutcome, Target
     from hipq.targets.registry import Targets, build_target
 
 _WHERE = {
-    "ACCEPTED": "hipq.targets.base",
-    "Accepted": "hipq.targets.base",
-    "Completed": "hipq.targets.base",
-    "LaunchOutcome": "hipq.targets.base",
-    "Target": "hipq.targets.base",
+    "ACCEPTED": "hipq.targets.interface",
+    "Accepted": "hipq.targets.interface",
+    "Completed": "hipq.targets.interface",
+    "LaunchOutcome": "hipq.targets.interface",
+    "Target": "hipq.targets.interface",
     "Targets": "hipq.targets.registry",
     "build_target": "hipq.targets.registry",
 }

@@ -47,8 +47,8 @@ from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
 from hipq.responses.signing import Signer
-from hipq.targets.base import ACCEPTED, Completed, LaunchOutcome
 from hipq.targets.http_pool import Answer, Endpoint, HttpPool, HttpTransportError, header_block
+from hipq.targets.interface import ACCEPTED, Completed, LaunchOutcome
 from hipq.values import json_problem
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"

@@ -21,7 +21,7 @@ from hipq.config import PythonTarget as PythonTargetConfig
 from hipq.errors import ConfigError, LaunchError
 from hipq.jobs import Job
 from hipq.plugins import load_object
-from hipq.targets.base import Accepted, Completed, LaunchOutcome
+from hipq.targets.interface import Accepted, Completed, LaunchOutcome
 
 TRACEBACK_CHARS = 4000  # what a try keeps of a traceback (frames and error line)
 _ERROR_LINE_CHARS = 1000

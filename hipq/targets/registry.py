@@ -12,12 +12,12 @@ from hipq.config import MemoryTarget as MemoryTargetConfig
 from hipq.config import PythonTarget as PythonTargetConfig
 from hipq.config import TargetConfig
 from hipq.errors import ConfigError
-from hipq.targets.base import Target
 from hipq.targets.http import HttpClient, HttpTarget
+from hipq.targets.interface import Target
 from hipq.targets.python import PythonTarget
 
 if TYPE_CHECKING:  # aiokafka (5 MB) is imported only where a Kafka target is built
-    from hipq.targets.kafka import KafkaProducer
+    from hipq.targets.kafka_target import KafkaProducer
 
 
 def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = None,
@@ -32,7 +32,7 @@ def build_target(config: TargetConfig, *, memory: Mapping[str, Target] | None = 
     if isinstance(config, HttpTargetConfig):
         return HttpTarget(config, http)
     if isinstance(config, KafkaTargetConfig):
-        from hipq.targets.kafka import KafkaTarget
+        from hipq.targets.kafka_target import KafkaTarget
 
         return KafkaTarget(config, kafka, http)
     if isinstance(config, MemoryTargetConfig):

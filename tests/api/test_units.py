@@ -9,8 +9,8 @@ from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError
 from hipq.jobs import Job
 from hipq.responses.signing import Signer
-from hipq.targets.base import ACCEPTED, Completed
 from hipq.targets.http import HttpTarget, auth_header
+from hipq.targets.interface import ACCEPTED, Completed
 from hipq.testing import FakeClock
 
 

@@ -47,8 +47,8 @@ import asyncpg
 import pytest
 import yaml
 
+from hipq.bodies import EnqueueRequest
 from hipq.config import load_config
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus, open_store
 

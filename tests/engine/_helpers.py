@@ -6,10 +6,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
 from hipq.engine import Reconciler, ReconcileResult
 from hipq.jobs import Attempt, Job
-from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import InsertOutcome, Store
 from hipq.store import schema as s

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from hipq.bodies import EnqueueRequest
 from hipq.engine import Reconciler
 from hipq.errors import ConflictError
 from hipq.jobs import JobState
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import InsertStatus
 from hipq.testing import MemoryTarget

@@ -9,9 +9,9 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.engine import Reconciler
 from hipq.jobs import Job
-from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.targets import Targets

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.engine import Reconciler
 from hipq.errors import ValidationError
 from hipq.jobs import GENERATED_KEY_PREFIX
-from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.testing import FakeClock, MemoryTarget

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from hipq.bodies import ResponseRequest
 from hipq.config import ResponsesConfig
 from hipq.engine import Reconciler
 from hipq.errors import StaleResponse
 from hipq.jobs import JobState
-from hipq.schemas import ResponseRequest
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.targets import Targets

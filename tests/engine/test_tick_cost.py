@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.engine import Reconciler
-from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.targets import Targets

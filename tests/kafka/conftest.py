@@ -33,7 +33,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from hipq.config import Settings
 from hipq.daemon import Daemon
 from hipq.jobs import Attempt, Job
-from hipq.responses.kafka import rewind_truncated
+from hipq.responses.kafka_consumer import rewind_truncated
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.store import schema as s

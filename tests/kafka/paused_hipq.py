@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from hipq import cli
-from hipq.responses import kafka
+from hipq.responses import kafka_consumer as kafka
 
 
 def main(argv: list[str]) -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import aiohttp
 
+from hipq.bodies import EnqueueRequest
 from hipq.daemon import Daemon
-from hipq.schemas import EnqueueRequest
 from tests.kafka.conftest import (
     OwnBroker,
     Reply,

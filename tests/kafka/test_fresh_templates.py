@@ -11,8 +11,8 @@ import json
 
 from aiokafka import AIOKafkaProducer
 
+from hipq.bodies import EnqueueRequest
 from hipq.config import QueueConfig
-from hipq.schemas import EnqueueRequest
 from hipq.testing import MemoryTarget
 from tests.kafka.conftest import (
     consumer_joined,

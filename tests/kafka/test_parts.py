@@ -16,8 +16,8 @@ from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.config import KafkaTarget as KafkaTargetConfig
 from hipq.errors import LaunchError, TransientLaunchError
 from hipq.jobs import Job, JobState
-from hipq.responses.kafka import MalformedMessage, ResponseParser, _fast_fields
-from hipq.targets.kafka import KafkaProducer, KafkaTarget
+from hipq.responses.kafka_consumer import MalformedMessage, ResponseParser, _fast_fields
+from hipq.targets.kafka_target import KafkaProducer, KafkaTarget
 from tests.kafka.conftest import name
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

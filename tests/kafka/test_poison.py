@@ -56,7 +56,7 @@ async def test_poison_messages_are_skipped_and_the_consumer_goes_on(
     await create_topics(kafka_bootstrap, topic, partitions=1)
     settings = kafka_settings(db_url, kafka_bootstrap, group=name("hipq"),
                               response_topics=[topic], queues=[])
-    with captured("hipq.responses.kafka") as records:
+    with captured("hipq.responses.kafka_consumer") as records:
         async with running_daemon(settings) as daemon:
             await consumer_joined(daemon)
             consumer = daemon.kafka_consumer

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hipq.schemas import EnqueueRequest
+from hipq.bodies import EnqueueRequest
 from tests.kafka.conftest import (
     Reply,
     Request,
@@ -105,7 +105,7 @@ async def test_kafka_round_trip_edge_cases(kafka_bootstrap: str, tmp_path: Path)
     settings = kafka_settings(f"sqlite+aiosqlite:///{tmp_path}/hipq.db", kafka_bootstrap,
                               group=name("hipq"), response_topics=[responses_topic],
                               queues=queues(requests_topic), buffer_seconds=10.0)
-    with captured("hipq.responses.kafka") as logs:
+    with captured("hipq.responses.kafka_consumer") as logs:
         async with (running_daemon(settings) as daemon,
                     responder(kafka_bootstrap, requests_topic, responses_topic,
                               policy) as downstream):

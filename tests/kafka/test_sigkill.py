@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from hipq.bodies import EnqueueRequest
 from hipq.config import QueueConfig
-from hipq.schemas import EnqueueRequest
 from hipq.service import Hipq
 from hipq.store import open_store
 from hipq.store import schema as s

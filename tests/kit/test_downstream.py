@@ -19,7 +19,7 @@ from yarl import URL
 
 from hipq.client import AsyncClient
 from hipq.downstream import Fail, Launch, callback_app
-from hipq.downstream.http import WORKER
+from hipq.downstream.callback import WORKER
 from hipq.testing import FakeClock
 from tests.api.conftest import ADMIN
 from tests.kit.conftest import HipqRun, http_target, wait_job

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from hipq.downstream import KafkaResponder, Launch, callback_app
 from hipq.downstream._launch import encode_outcome
-from hipq.downstream.http import WORKER
+from hipq.downstream.callback import WORKER
 from hipq.targets.http import auth_header
 from hipq.testing import FakeClock
 from tests.kafka.conftest import SESSION, create_topics, name

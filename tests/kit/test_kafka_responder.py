@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from hipq.client import AsyncClient
 from hipq.downstream import Fail, KafkaResponder, Launch
-from hipq.downstream import kafka as kafka_kit
+from hipq.downstream import kafka_responder as kafka_kit
 from tests.api.conftest import ADMIN
 from tests.kafka.conftest import SESSION, OwnBroker, create_topics, name
 from tests.kit.conftest import HipqRun, wait_job

@@ -9,10 +9,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
 from hipq.engine import Reconciler
 from hipq.jobs import Job
-from hipq.schemas import EnqueueRequest, ResponseRequest
 from hipq.service import Hipq
 from hipq.store import InsertOutcome, Response, Store
 from hipq.targets import Targets

@@ -4,7 +4,7 @@ by the quotas or rate limits of normal jobs."""
 
 from __future__ import annotations
 
-from hipq.schemas import EnqueueRequest
+from hipq.bodies import EnqueueRequest
 from tests.throttling._helpers import Harness, fresh_id, queue
 
 

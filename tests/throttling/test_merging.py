@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from hipq.bodies import EnqueueRequest
 from hipq.errors import ConflictError
-from hipq.schemas import EnqueueRequest
 from hipq.store import InsertStatus
 from tests.throttling._helpers import Harness
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from hipq.bodies import EnqueueRequest
 from hipq.errors import ValidationError
-from hipq.schemas import EnqueueRequest
 from tests.throttling._helpers import Harness
 
 PER_SERVER = {"plugin": "hipq.contrib.per_server:PerServer", "options": {"limit": 2}}

@@ -30,8 +30,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from hipq.bodies import EnqueueRequest
 from hipq.jobs import Job
-from hipq.schemas import EnqueueRequest
 from hipq.store import Store
 from hipq.store import schema as s
 from hipq.testing import FakeClock

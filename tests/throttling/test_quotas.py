@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
+from hipq.bodies import EnqueueRequest
 from hipq.jobs import Job
-from hipq.schemas import EnqueueRequest
 from tests.throttling._helpers import Harness, weight_by
 
 SHARES = {"east": 0.4, "north": 0.3, "west": 0.3}

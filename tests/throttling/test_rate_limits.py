@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from hipq.bodies import EnqueueRequest
 from hipq.jobs import Job
-from hipq.schemas import EnqueueRequest
 from hipq.targets import Accepted, LaunchOutcome
 from tests.throttling._helpers import Harness
 

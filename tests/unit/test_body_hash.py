@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from hipq.schemas import BatchItem, EnqueueRequest
+from hipq.bodies import BatchItem, EnqueueRequest
 
 _NO_NUL = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
 json_values = st.recursive(

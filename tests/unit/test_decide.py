@@ -22,7 +22,7 @@ from hipq.jobs import DeliveryStrategy, ErrorKind, Job, JobError, JobState, Orde
 from hipq.plugins import GiveUp, Retry, RetryContext, RunningUsage, ThrottleResult
 from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec
 from hipq.store.records import ChangeKind, InboxOutcome, InboxRow
-from hipq.targets.base import Completed
+from hipq.targets.interface import Completed
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

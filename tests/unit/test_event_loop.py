@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hipq.cli.common import loop_factory, run_command
+from hipq.cli.context import loop_factory, run_command
 from hipq.config import Settings, load_config
 from hipq.errors import ConfigError
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hipq.config import CorrelationConfig, KafkaResponseFields
 from hipq.responses.correlation import TemplateError, render
-from hipq.responses.kafka import MAX_KEY_CHARS, MalformedMessage, ResponseParser
+from hipq.responses.kafka_consumer import MAX_KEY_CHARS, MalformedMessage, ResponseParser
 from hipq.values import INT32_MAX, json_problem
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hipq.paths import MISSING, as_text, field_text, lookup
 from hipq.responses.correlation import TemplateError, render
-from hipq.responses.kafka import _get
+from hipq.responses.kafka_consumer import _get
 from hipq.spec import QuotaSpec
 from hipq.throttling.quotas import field_value, group_of
 

@@ -68,12 +68,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError as PydanticValidationError
 
+from hipq.bodies import ResponseRequest
 from hipq.clock import Clock, SystemClock
 from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.errors import HipqError, TransientStoreError
 from hipq.paths import MISSING, lookup
 from hipq.responses.correlation import TemplateError, response_key
-from hipq.schemas import ResponseRequest
 from hipq.store import Response, Store
 from hipq.values import INT32_MAX, json_problem, text_problem
 

@@ -1,5 +1,5 @@
 """``GET /v1/queued-jobs``: a queue's queued or running jobs, keyset-paginated (the
-order and the cursor live in :mod:`hipq.live`). A page holds at most ``limit`` jobs
+order and the cursor live in :mod:`hipq.live_jobs`). A page holds at most ``limit`` jobs
 and about :data:`~hipq.api.paging.PAGE_BYTES` of JSON (at least one job), read
 from the store in chunks (:func:`~hipq.api.paging.collect_page`)."""
 
@@ -11,14 +11,14 @@ from typing import Annotated, Literal
 from aiohttp import web
 from pydantic import Field
 
+from hipq.api.api_errors import ApiError
 from hipq.api.deps import DEPS
-from hipq.api.errors import ApiError
 from hipq.api.io import read_query
 from hipq.api.models import MAX_PAGE, AttemptOut, JobOut, _In, _Out
 from hipq.api.paging import collect_page
 from hipq.config import QUEUE_ID_PATTERN
 from hipq.jobs import Job
-from hipq.live import InvalidCursor, LiveListing
+from hipq.live_jobs import InvalidCursor, LiveListing
 
 
 class LiveQuery(_In):

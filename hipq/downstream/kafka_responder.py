@@ -85,7 +85,7 @@ class KafkaResponder:
     async def _connected(self, ready: asyncio.Event | None) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-        from hipq.responses.kafka import rewind_truncated
+        from hipq.responses.kafka_consumer import rewind_truncated
 
         consumer = AIOKafkaConsumer(
             self.request_topic, bootstrap_servers=self.bootstrap_servers,

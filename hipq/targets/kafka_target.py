@@ -53,8 +53,8 @@ from hipq.config import KafkaTarget as KafkaTargetConfig
 from hipq.errors import LaunchError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
 from hipq.responses.correlation import TemplateError, render
-from hipq.targets.base import ACCEPTED, LaunchOutcome
 from hipq.targets.http import HttpClient
+from hipq.targets.interface import ACCEPTED, LaunchOutcome
 
 log = logging.getLogger(__name__)
 
