@@ -19,6 +19,10 @@ DOTTED = re.compile(r"`(hipq(?:\.\w+)+)(?:\(\))?`")
 
 
 FILES = (".yaml", ".db", ".json", ".sql", ".md")  # hipq.yaml, hipq.db: files, not modules
+# what a run makes (screenshots, logs): ignored by git, so absent from a fresh clone
+MADE = tuple(line.strip().lstrip("/") for line in
+             (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+             if "/" in line.strip() and not line.startswith("#"))
 
 
 def _named(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
@@ -26,7 +30,8 @@ def _named(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
     and file names that look dotted (``hipq.db``) are left out."""
     return sorted({(doc.name, m.group(1)) for doc in DOCS
                    for m in pattern.finditer(doc.read_text(encoding="utf-8"))
-                   if "/." not in m.group(1) and not m.group(1).endswith(FILES)})
+                   if "/." not in m.group(1) and not m.group(1).endswith(FILES)
+                   and not m.group(1).startswith(MADE)})
 
 
 def _resolves(dotted: str) -> bool:
