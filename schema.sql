@@ -1,5 +1,6 @@
 -- hipq schema version 5. Generated from hipq/store/schema.py
--- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same.
+-- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
+-- from hipq/store/migrations/postgresql/.
 
 CREATE TABLE archived_jobs (
 	queue TEXT NOT NULL, 

@@ -1,41 +1,45 @@
-"""The PostgreSQL driver (asyncpg): the hot paths of the reconcile loop and enqueue.
+"""The PostgreSQL driver: every statement is a named block of ``postgres.sql``, run
+on asyncpg (:mod:`hipq.store.pgsql` loads them; the schema comes from the numbered
+files of ``hipq/store/migrations/postgresql/``).
 
-The shared statements (:mod:`hipq.store.common`) pass batches as expanding ``IN``
-lists: one bind parameter per value, a new statement text per list length. Here a
-batch travels as one array per column (``unnest``), each statement text is fixed
-(asyncpg prepares it once per connection), rows of ``jobs`` are reached through the
-primary key whatever the planner statistics say (see the head of ``postgres.sql``),
-and work that only moves rows between tables (archiving, recording tries, marking
-responses) stays inside the server: one round trip per step.
+A batch travels as one array per column (``unnest``), so each statement text is
+fixed (asyncpg prepares it once per connection), rows of ``jobs`` are reached
+through the primary key whatever the planner statistics say (see the head of
+``postgres.sql``), and work that only moves rows between tables (archiving,
+recording tries, marking responses) stays inside the server: one round trip per
+step.
 
-These statements run on the asyncpg connection under a pooled SQLAlchemy
-connection (:meth:`PostgresStore._driver`): a single statement without a
-transaction (it is atomic on its own: no BEGIN and COMMIT round trips), several in
-one asyncpg transaction.
+Connections come from SQLAlchemy's pool (:meth:`PostgresStore._driver`: the asyncpg
+connection under a pooled one, through SQLAlchemy's public ``get_raw_connection``);
+no statement goes through SQLAlchemy. A single statement runs without a
+transaction (it is atomic on its own: no BEGIN and COMMIT round trips), several
+in one asyncpg transaction.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi as _adapted
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from hipq.config import QueueConfig
 from hipq.errors import StoreError, TransientStoreError
 from hipq.frozen import evolver
-from hipq.jobs import Job, JobState
-from hipq.store import pgsql
-from hipq.store.common import JobKey, SQLAlchemyStore
-from hipq.store.due import DUE_LIMIT, DUE_NOW, DueShape, due_query
-from hipq.store.pgsql import SQL, to_json
+from hipq.jobs import Attempt, Job, JobState, Ordering, expired_error
+from hipq.store import schema as s
+from hipq.store.common import VERSION_KEY, JobKey, QueueCounts, StoreBase
+from hipq.store.due import DueShape
+from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
+from hipq.store.listing import listed_response
+from hipq.store.pgsql import SQL, insert_jobs_values, to_json
 from hipq.store.records import (
     Change,
     ChangeKind,
@@ -43,10 +47,13 @@ from hipq.store.records import (
     InboxRow,
     InsertOutcome,
     InsertStatus,
+    JobHistory,
+    ListedResponse,
+    QueueRecord,
     Response,
 )
 from hipq.store.rows import (
-    CACHE_SIZE,
+    attempt_of,
     chunks,
     inbox_ids_in_order,
     inbox_row,
@@ -54,6 +61,9 @@ from hipq.store.rows import (
     insert_outcome,
     job_from_row,
     jobs_from_rows,
+    merged_into,
+    merged_outcome,
+    queue_record,
 )
 
 log = logging.getLogger(__name__)
@@ -72,7 +82,12 @@ _INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
                   "errors": "error", "extend_seconds": "extend_seconds", "sources": "source",
                   "dedup_keys": "dedup_key", "received_ats": "received_at", "tokens": "token"}
 _INBOX_JSON = frozenset({"result", "error"})
-
+# the keyset of each live listing, in the order of its sort key
+_LIVE_PAGES = {"running": ("live_running_page", ("after_at", "after_id")),
+               Ordering.TIME_THEN_PRIORITY: ("live_queued_time_page",
+                                             ("after_at", "after_priority", "after_id")),
+               Ordering.PRIORITY_THEN_TIME: ("live_queued_priority_page",
+                                             ("after_priority", "after_at", "after_id"))}
 
 # the advisory lock key of ``migrate`` (any constant; "hipq" in ASCII)
 MIGRATION_LOCK_KEY = 0x68697071
@@ -80,25 +95,60 @@ MIGRATION_LOCK_KEY = 0x68697071
 LATE_LOCK_KEY = 0x6869716C
 
 
-class PostgresStore(SQLAlchemyStore):
+async def _fetch(db: Any, name: str, **values: Any) -> list[Any]:
+    """The rows of the named statement on the asyncpg connection ``db``."""
+    statement = SQL[name]
+    rows: list[Any] = await db.fetch(statement.sql, *statement.args(**values))
+    return rows
+
+
+async def _fetchrow(db: Any, name: str, **values: Any) -> Any:
+    statement = SQL[name]
+    return await db.fetchrow(statement.sql, *statement.args(**values))
+
+
+async def _execute(db: Any, name: str, **values: Any) -> int:
+    """Run the named statement; how many rows it changed."""
+    statement = SQL[name]
+    status: str = await db.execute(statement.sql, *statement.args(**values))
+    return int(status.rsplit(" ", 1)[-1]) if status[-1:].isdigit() else 0
+
+
+async def _version(db: Any) -> int | None:
+    """The schema version recorded in ``hipq_meta`` (None: no table, or no row)."""
+    if not (await _fetchrow(db, "meta_exists"))[0]:
+        return None
+    row = await _fetchrow(db, "meta_get", key=VERSION_KEY)
+    return None if row is None else int(row["value"])
+
+
+async def _stored(db: Any, queue: str, job_id: str) -> Job | None:
+    """The job (queue, id), live, or else archived."""
+    for name in ("live_by_ids", "archived_by_ids"):
+        rows = await _fetch(db, name, queue=queue, ids=[job_id])
+        if rows:
+            return job_from_row(rows[0])
+    return None
+
+
+class PostgresStore(StoreBase):
     """The :class:`~hipq.store.base.Store` on PostgreSQL."""
 
     dialect = "postgresql"
     supports_row_locks = True
-    _insert_into = postgresql.insert
-    # errors of statements sent straight to asyncpg, as asyncpg raises them or as
-    # SQLAlchemy's adapter translates them
-    _transient = (*SQLAlchemyStore._transient,
-                  asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-                  asyncpg.InternalClientError, asyncpg.CannotConnectNowError,
-                  asyncpg.AdminShutdownError, _adapted.InterfaceError,
-                  _adapted.OperationalError, _adapted.InternalClientError)
-    _conflicts = (*SQLAlchemyStore._conflicts, asyncpg.IntegrityConstraintViolationError)
-    _errors = (*SQLAlchemyStore._errors, asyncpg.PostgresError)
+    _conflicts = (*StoreBase._conflicts, asyncpg.IntegrityConstraintViolationError)
+    _errors = (*StoreBase._errors, asyncpg.PostgresError)
 
     def __init__(self, engine: AsyncEngine) -> None:
         super().__init__(engine)
-        self._due_sql: dict[DueShape, pgsql.Compiled] = {}
+        # errors of the statements sent to asyncpg, as asyncpg raises them or as the
+        # pool's DBAPI module (the dialect's, PEP 249 names) does
+        dbapi = engine.dialect.loaded_dbapi
+        self._transient = (*StoreBase._transient,
+                           asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+                           asyncpg.InternalClientError, asyncpg.CannotConnectNowError,
+                           asyncpg.AdminShutdownError, dbapi.InterfaceError,
+                           dbapi.OperationalError)
 
     @asynccontextmanager
     async def _driver(self, *, transaction: bool = False) -> AsyncIterator[Any]:
@@ -114,26 +164,60 @@ class PostgresStore(SQLAlchemyStore):
 
     async def _fetch(self, name: str, **values: Any) -> list[Any]:
         """One named statement's rows, on its own (no transaction)."""
-        statement = SQL[name]
         async with self._driver() as db:
-            rows: list[Any] = await db.fetch(statement.sql, *statement.args(**values))
-        return rows
+            return await _fetch(db, name, **values)
+
+    async def _fetchrow(self, name: str, **values: Any) -> Any:
+        async with self._driver() as db:
+            return await _fetchrow(db, name, **values)
+
+    async def _execute(self, name: str, **values: Any) -> int:
+        async with self._driver() as db:
+            return await _execute(db, name, **values)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        await self._fetch("ping")
+
+    async def migrate(self) -> int:
+        """The numbered files above the recorded version, in one transaction, after
+        an advisory lock: replicas starting together on an empty database migrate
+        one at a time (the next one then finds the schema made and runs nothing)."""
+        async with self._driver(transaction=True) as db:
+            await _fetch(db, "advisory_lock", key=MIGRATION_LOCK_KEY)
+            for migration in s.pending(self.dialect, await _version(db)):
+                await db.execute(migration.sql)  # a script: no parameters
+            await _execute(db, "meta_set", key=VERSION_KEY, value=str(s.SCHEMA_VERSION))
+        return s.SCHEMA_VERSION
+
+    async def _read_version(self) -> int | None:
+        async with self._driver() as db:
+            return await _version(db)
+
+    async def meta_get_or_set(self, key: str, value: str) -> str:
+        async with self._driver() as db:
+            await _execute(db, "meta_add", key=key, value=value)
+            row = await _fetchrow(db, "meta_get", key=key)
+        return str(row["value"])
+
+    # -- queues ----------------------------------------------------------------------
+
+    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
+        body = config.model_dump(mode="json", exclude_none=True)
+        row = await self._fetchrow("queue_upsert", id=config.id, config=to_json(body),
+                                   paused=config.paused, now=now)
+        return bool(row["created"])
+
+    async def queue_get(self, queue_id: str) -> QueueRecord | None:
+        row = await self._fetchrow("queue_get", id=queue_id)
+        return None if row is None else queue_record(row)
 
     async def _queue_rows(self) -> Sequence[Any]:
         return await self._fetch("queues")
 
-    async def _migration_lock(self, conn: AsyncConnection) -> None:
-        """Replicas starting together on an empty database migrate one at a time: a
-        transaction-scoped advisory lock, released at commit; the next one then
-        finds the schema made and changes nothing."""
-        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
-
-    async def _late_lock(self, conn: AsyncConnection) -> None:
-        """Daemons recording late responses at once take turns (a transaction-scoped
-        advisory lock, released at commit): each counts what the one before it
-        recorded, so no try gets more than its bound. Late responses are rare: one
-        lock for all of them costs nothing that matters."""
-        await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({LATE_LOCK_KEY})")
+    async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
+        return bool(await self._execute("queue_set_paused", id=queue_id, paused=paused, now=now))
 
     # -- enqueue -----------------------------------------------------------------------
 
@@ -150,11 +234,11 @@ class PostgresStore(SQLAlchemyStore):
         job is the rare case; it fails the statement, which then runs guarded); an
         id already archived is not inserted (it is answered as a repeat of the
         archived job). When every row went in, nothing is looked up."""
-        insert = pgsql.insert_jobs(unique)
+        values = insert_jobs_values(unique)
         try:
-            rows = await db.fetch(insert.plain, *insert.params)
+            rows = await _fetch(db, "insert_jobs", **values)
         except asyncpg.UniqueViolationError:
-            rows = await db.fetch(insert.guarded, *insert.params)
+            rows = await _fetch(db, "insert_jobs_guarded", **values)
         if len(rows) == len(unique):  # the common case: no lookups, no per-row checks
             created = InsertStatus.CREATED
             return {(job.queue, job.id): InsertOutcome(id=job.id, status=created, job=job)
@@ -167,26 +251,117 @@ class PostgresStore(SQLAlchemyStore):
         existing: dict[JobKey, Job] = {}
         for queue, ids in missing.items():  # repeats: what is stored, archived or live
             for name in ("archived_by_ids", "live_by_ids"):
-                statement = SQL[name]
-                for r in await db.fetch(statement.sql, *statement.args(queue=queue, ids=ids)):
+                for r in await _fetch(db, name, queue=queue, ids=ids):
                     existing.setdefault((r["queue"], r["id"]), job_from_row(r))
         return {job.key: insert_outcome(job, inserted, existing) for job in unique}
+
+    async def job_merge(self, job: Job) -> InsertOutcome:
+        async with self._driver(transaction=True) as db:
+            merged = await _fetchrow(db, "merged_get", queue=job.queue, id=job.id)
+            if merged is not None:  # a repeat of a job merged into another
+                host = await _stored(db, job.queue, merged["into_id"])
+                return merged_outcome(job, merged["body_hash"], host)
+            found = await _stored(db, job.queue, job.id)
+            if found is not None:
+                return insert_outcome(job, set(), {job.key: found})
+            row = await _fetchrow(db, "merge_host", queue=job.queue,
+                                  ordering_key=job.ordering_key)
+            if row is not None:
+                into = merged_into(job_from_row(row), job)
+                await _execute(db, "merge_update", queue=into.queue, id=into.id,
+                               data=to_json(into.data), now=into.updated_at)
+                await _execute(db, "merged_insert", queue=job.queue, id=job.id,
+                               into_id=into.id, body_hash=job.body_hash,
+                               created_at=job.created_at)
+                return InsertOutcome(id=job.id, status=InsertStatus.CREATED, job=into)
+        (outcome,) = await self.job_insert_many([job])
+        return outcome
+
+    # -- reading jobs ------------------------------------------------------------------
+
+    async def job_get(self, queue: str, job_id: str) -> Job | None:
+        async with self._driver() as db:
+            job = await _stored(db, queue, job_id)
+            if job is None:
+                merged = await _fetchrow(db, "merged_get", queue=queue, id=job_id)
+                if merged is not None:
+                    job = await _stored(db, queue, merged["into_id"])
+        return job
+
+    async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
+        return [attempt_of(r) for r in await self._fetch("job_attempts", queue=queue,
+                                                          job_id=job_id)]
+
+    async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
+        async with self._driver() as db:
+            rows = await _fetch(db, "history_last", queue=queue, job_id=job_id, limit=limit)
+            total = await _fetchrow(db, "history_count", queue=queue, job_id=job_id)
+        return history_of(rows, total[0])
+
+    async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
+                                limit: int = 100,
+                                after: tuple[datetime, str, str] | None = None) -> list[Job]:
+        at, after_queue, after_id = after if after is not None else (None, None, None)
+        values: dict[str, Any] = {"limit": limit, "after_at": at, "after_queue": after_queue,
+                                  "after_id": after_id}
+        name = "archived_page"
+        if queue:
+            name, values["queue"] = f"{name}_queue", queue
+        if status:
+            name, values["status"] = f"{name}_status", status
+        return jobs_from_rows(await self._fetch(name, **values))
+
+    async def job_list_live(self, *, queue: str, state: str, ordering: Ordering,
+                            limit: int, after: Sequence[Any] | None = None) -> list[Job]:
+        name, keys = _LIVE_PAGES["running" if state == JobState.RUNNING.value else ordering]
+        values = dict(zip(keys, after if after is not None else [None] * len(keys),
+                          strict=True))
+        return jobs_from_rows(await self._fetch(name, queue=queue, limit=limit, **values))
+
+    async def job_load_running(self, *, queue: str, ids: Sequence[str] | None = None,
+                               after_id: str | None = None,
+                               limit: int | None = None) -> list[Job]:
+        if ids is None:
+            rows = await self._fetch("running_page", queue=queue, after_id=after_id, limit=limit)
+        else:
+            rows = await self._fetch("running_by_ids", queue=queue, ids=list(ids),
+                                     after_id=after_id, limit=limit)
+        return jobs_from_rows(rows)
+
+    async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
+        if not keys:
+            return {}
+        return {r["correlation_key"]: job_from_row(r)
+                for r in await self._fetch("jobs_by_keys", keys=list(keys))}
 
     # -- the reconcile loop --------------------------------------------------------------
 
     async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
-        """The due query compiled once per shape; only ``now`` and the limit change
-        from one tick to the next."""
-        compiled = self._due_sql.get(shape)
-        if compiled is None:
-            if len(self._due_sql) >= CACHE_SIZE:  # queues come and go: stay bounded
-                self._due_sql.clear()
-            compiled = self._due_sql[shape] = pgsql.compile_select(
-                due_query(shape, now=now, limit=limit), self.engine.dialect)
-        async with self._driver() as db:
-            rows = await db.fetch(compiled.sql, *compiled.params({DUE_NOW: now,
-                                                                   DUE_LIMIT: limit}))
-        return jobs_from_rows(rows)
+        """One of the ``due_*`` blocks, by the shape (only ``now`` and the limit
+        change from one tick to the next)."""
+        order = "critical" if shape.critical_only else "time" if shape.by_time else "priority"
+        values: dict[str, Any] = {"queue": shape.queue, "now": now, "limit": limit,
+                                  "relaxed": shape.relaxed}
+        if shape.group is not None:
+            name, values["group"] = f"due_group_{order}", shape.group
+        else:
+            name, values["excluding"] = f"due_{order}", list(shape.default_group_excluding or ())
+        return jobs_from_rows(await self._fetch(name, **values))
+
+    async def launch_events_recent(self, *, queue: str,
+                                   since: datetime) -> dict[str, list[datetime]]:
+        out: dict[str, list[datetime]] = {}
+        for r in await self._fetch("launch_events_recent", queue=queue, since=since):
+            out.setdefault(r["group_key"], []).append(r["launched_at"])
+        return out
+
+    async def launch_events_restamp(self, *, queue: str, at: datetime) -> int:
+        return await self._execute("launch_events_restamp", queue=queue, at=at)
+
+    async def launch_events_replace(self, *, queue: str, since: datetime,
+                                    events: Sequence[tuple[str, datetime]]) -> None:
+        await self._execute("launch_events_replace", queue=queue, since=since,
+                            group_keys=[g for g, _ in events], times=[t for _, t in events])
 
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
                                     owner: str, heartbeat_seconds: float | None,
@@ -194,19 +369,17 @@ class PostgresStore(SQLAlchemyStore):
                                     known: Mapping[str, Job] | None = None) -> list[Job]:
         if not ids:
             return []
-        claim = SQL["claim"].args(queue=queue, ids=list(ids), now=now, owner=owner,
-                                  heartbeat_seconds=heartbeat_seconds)
+        claim = {"queue": queue, "ids": list(ids), "now": now, "owner": owner,
+                 "heartbeat_seconds": heartbeat_seconds}
         # rows: (id, attempt, correlation_key, deadline)
         if rate_groups:  # the launches count against the rate limit, atomically
             async with self._driver(transaction=True) as db:
-                claimed = await db.fetch(SQL["claim"].sql, *claim)
+                claimed = await _fetch(db, "claim", **claim)
                 groups = [rate_groups[r[0]] for r in claimed if r[0] in rate_groups]
                 if groups:
-                    await db.execute(SQL["launch_events"].sql, *SQL["launch_events"].args(
-                        queue=queue, now=now, group_keys=groups))
+                    await _execute(db, "launch_events", queue=queue, now=now, group_keys=groups)
         else:
-            async with self._driver() as db:
-                claimed = await db.fetch(SQL["claim"].sql, *claim)
+            claimed = await self._fetch("claim", **claim)
         known = known or {}
         unknown = [r[0] for r in claimed if r[0] not in known]
         if unknown:
@@ -221,12 +394,9 @@ class PostgresStore(SQLAlchemyStore):
                                       owner: str) -> int:
         if not keys:
             return 0
-        confirm = SQL["confirm"]
-        async with self._driver() as db:
-            status = await db.execute(confirm.sql, *confirm.args(
-                queues=[q for q, _, _ in keys], ids=[i for _, i, _ in keys],
-                attempts=[a for _, _, a in keys], owner=owner))
-        return int(status.rsplit(" ", 1)[-1])
+        return await self._execute("confirm", queues=[q for q, _, _ in keys],
+                                   ids=[i for _, i, _ in keys],
+                                   attempts=[a for _, _, a in keys], owner=owner)
 
     async def jobs_vacuum(self) -> bool:
         """``VACUUM`` the hot ``jobs`` table (skipped if another vacuum holds it).
@@ -234,8 +404,7 @@ class PostgresStore(SQLAlchemyStore):
         (a minute apart at best) its indexes fill with entries of jobs long gone,
         which every insert and due-jobs scan then steps over."""
         try:
-            async with self._driver() as db:
-                await db.execute(SQL["vacuum"].sql)
+            await self._execute("vacuum")
         except TransientStoreError:
             raise
         except StoreError as exc:  # e.g. a role that may not vacuum
@@ -263,7 +432,39 @@ class PostgresStore(SQLAlchemyStore):
                 applied.update(map(_QUEUE_AND_ID, await db.fetch(sql, *args)))
         return applied
 
-    # -- the response inbox ----------------------------------------------------------------
+    # -- queued and adopted jobs ---------------------------------------------------------
+
+    async def job_adopt_running(self, *, queue: str, owner: str, now: datetime) -> int:
+        return await self._execute("adopt_running", queue=queue, owner=owner, now=now)
+
+    async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
+                                  now: datetime) -> int:
+        if not run_ats:
+            return 0
+        return await self._execute("reschedule", queue=queue, ids=list(run_ats),
+                                   run_ats=list(run_ats.values()), now=now)
+
+    async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
+                                      now: datetime) -> list[Job]:
+        if not ends:
+            return []
+        rows = await self._fetch("archive_queued", queue=queue, ids=list(ends),
+                                 statuses=[status for status, _ in ends.values()],
+                                 errors=[to_json(error) for _, error in ends.values()], now=now)
+        return [job_from_row(r).evolve(status=JobState(ends[r["id"]][0]), error=ends[r["id"]][1],
+                                       updated_at=now, finished_at=now) for r in rows]
+
+    async def job_expired_sweep(self, *, now: datetime, limit: int) -> list[Job]:
+        error = expired_error().to_json()
+        async with self._driver() as db:
+            # once a second, and the answer is usually "none": one indexed probe
+            if not await _fetch(db, "expired_any", now=now):
+                return []
+            rows = await _fetch(db, "expire", now=now, limit=limit, error=to_json(error))
+        return [job_from_row(r).evolve(status=JobState.EXPIRED, error=error, updated_at=now,
+                                       finished_at=now) for r in rows]
+
+    # -- the response inbox and late responses -------------------------------------------
 
     async def inbox_insert_many(self, responses: Sequence[Response], *,
                                 now: datetime) -> list[int | None]:
@@ -280,17 +481,8 @@ class PostgresStore(SQLAlchemyStore):
         return [inbox_row(r) for r in await self._fetch("inbox_pending_for_keys",
                                                         keys=list(keys))]
 
-    async def job_expired_sweep(self, *, now: datetime, limit: int) -> list[Job]:
-        # once a second, and the answer is usually "none": asked on the driver,
-        # without a transaction, before the sweep's own
-        if not await self._fetch("expired_any", now=now):
-            return []
-        return await super().job_expired_sweep(now=now, limit=limit)
-
     async def inbox_pending_scan(self, *, after_id: int, before: datetime,
                                  limit: int) -> list[InboxRow]:
-        # on the driver: every tick runs it, and SQLAlchemy's Core round trip cost
-        # more CPU than the statement (an idle daemon's largest share)
         return [inbox_row(r) for r in await self._fetch(
             "inbox_pending_scan", after_id=after_id, before=before, limit=limit)]
 
@@ -299,16 +491,96 @@ class PostgresStore(SQLAlchemyStore):
         groups = _marks(marks, now)
         if not groups:
             return
-        mark = SQL["inbox_mark"]
         async with self._driver(transaction=len(groups) > 1) as db:
             for values in groups:
-                await db.execute(mark.sql, *mark.args(**values))
+                await _execute(db, "inbox_mark", **values)
 
-    async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
+    async def inbox_list_unmatched(self, *, limit: int = 100,
+                                   after: tuple[datetime, int] | None = None,
+                                   value_chars: int = 4096) -> list[ListedResponse]:
+        at, after_id = after if after is not None else (None, None)
+        return [listed_response(r) for r in await self._fetch(
+            "unmatched_page", limit=limit, value_chars=value_chars, after_at=at,
+            after_id=after_id)]
+
+    async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
         if not keys:
             return {}
-        return {r["correlation_key"]: job_from_row(r)
-                for r in await self._fetch("jobs_by_keys", keys=list(keys))}
+        return {r["correlation_key"]: (r["queue"], r["job_id"])
+                for r in await self._fetch("attempt_keys", keys=list(keys))}
+
+    async def attempt_record_late_many(self, rows: Sequence[tuple[str, str, InboxRow]], *,
+                                       now: datetime) -> None:
+        """Daemons recording late responses at once take turns (a transaction-scoped
+        advisory lock, released at commit): each counts what the one before it
+        recorded, so no try gets more than its bound. Late responses are rare: one
+        lock for all of them costs nothing that matters."""
+        if not rows:
+            return
+        async with self._driver(transaction=True) as db:
+            await _fetch(db, "advisory_lock", key=LATE_LOCK_KEY)
+            latest = {r["correlation_key"]: r["attempt"] for r in await _fetch(
+                db, "late_tries", keys=list({r.correlation_key for _, _, r in rows}))}
+            values = late_values(rows, latest, now)
+            tries = sorted({try_of(v) for v in values})
+            recorded = Counter({(r["queue"], r["job_id"], r["attempt"]): r["n"]
+                                for r in await _fetch(
+                db, "late_counts", queues=[q for q, _, _ in tries],
+                job_ids=[j for _, j, _ in tries], attempts=[a for _, _, a in tries],
+                outcome=LATE)})
+            kept = within_late_bound(values, recorded)
+            if kept:
+                await _execute(db, "late_insert", now=now, outcome=LATE,
+                               queues=[v["queue"] for v in kept],
+                               job_ids=[v["job_id"] for v in kept],
+                               attempts=[v["attempt"] for v in kept],
+                               keys=[v["correlation_key"] for v in kept],
+                               errors=[to_json(v["error"]) for v in kept],
+                               responses=[to_json(v["response"]) for v in kept])
+
+    # -- leases and membership -----------------------------------------------------------
+
+    async def lease_acquire_many(self, *, queues: Sequence[str], owner: str, now: datetime,
+                                 seconds: float) -> set[str]:
+        if not queues:
+            return set()
+        return {r["queue"] for r in await self._fetch(
+            "lease_acquire", queues=list(queues), owner=owner, now=now,
+            expires=now + timedelta(seconds=seconds))}
+
+    async def lease_release_all(self, *, owner: str) -> int:
+        return await self._execute("lease_release_all", owner=owner)
+
+    async def lease_release_many(self, *, queues: Sequence[str], owner: str) -> int:
+        if not queues:
+            return 0
+        return await self._execute("lease_release", queues=list(queues), owner=owner)
+
+    async def lease_list(self) -> dict[str, tuple[str, datetime]]:
+        return {r["queue"]: (r["owner"], r["expires_at"]) for r in await self._fetch("lease_list")}
+
+    async def daemon_heartbeat(self, *, owner: str, now: datetime,
+                               seconds: float) -> list[str]:
+        return [r["owner"] for r in await self._fetch(
+            "daemon_heartbeat", owner=owner, now=now, expires=now + timedelta(seconds=seconds),
+            forget_before=now - timedelta(seconds=seconds))]  # long gone: nobody needs them
+
+    async def daemon_leave(self, *, owner: str) -> None:
+        await self._execute("daemon_leave", owner=owner)
+
+    # -- stats and housekeeping ----------------------------------------------------------
+
+    async def _queue_counts(self, now: datetime) -> dict[str, QueueCounts]:
+        return {r["queue"]: (r["queued"], r["due"], r["running"], r["running_weight"],
+                             r["oldest_due"]) for r in await self._fetch("queue_counts", now=now)}
+
+    async def inbox_counts(self) -> dict[str, int]:
+        return {str(r["outcome"] or "pending"): int(r["n"])
+                for r in await self._fetch("inbox_counts")}
+
+    async def archive_prune(self, *, before: datetime, limit: int) -> int:
+        row = await self._fetchrow("prune", before=before, limit=limit)
+        return max(int(row["jobs"]), int(row["responses"]))
 
 
 def inbox_of(changes: Sequence[Change]) -> tuple[list[int], list[str], list[str]]:
@@ -373,4 +645,3 @@ def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
     requests wait for a pooled one instead."""
     return create_async_engine(url, pool_size=pool_size, max_overflow=0,
                                connect_args={"timeout": 10})
-

@@ -1,7 +1,9 @@
--- The PostgreSQL driver's hand-written statements (hipq/store/postgres.py), loaded
--- once at import by hipq/store/pgsql.py: a block runs from its "-- name: NAME"
--- line to the next one; comment lines are dropped; ":param" placeholders become
--- asyncpg's $1, $2... in order of first appearance ("::type" casts are left alone).
+-- Every statement of the PostgreSQL driver (hipq/store/postgres.py), loaded once at
+-- import by hipq/store/pgsql.py and run on asyncpg: a block runs from its
+-- "-- name: NAME" line to the next one; comment lines are dropped; ":param"
+-- placeholders become asyncpg's $1, $2... in order of first appearance ("::type"
+-- casts are left alone). The schema itself is made by the numbered files of
+-- hipq/store/migrations/postgresql/.
 --
 -- How these statements reach rows of jobs, and why:
 -- * A batch travels as one array per column (unnest), or as one JSON array, so each
@@ -20,6 +22,348 @@
 --   only while running, so "owner = :owner" with the attempt says "running, ours,
 --   this try", and "status <> 'running'" says "queued".
 -- * JSON values travel as text and are cast to jsonb here.
+-- * Statuses in predicates are literals ('queued'), never parameters, so generic
+--   plans (a prepared statement's, after five runs) still use the partial indexes.
+-- * Keyset pages take the previous page's last key, or NULLs for the first page:
+--   COALESCE puts a bound before (after) every stored key in its place ('infinity',
+--   '-infinity', the smallest int4, ''), so the row comparison stays an index
+--   condition in a generic plan (an "IS NULL OR" would not).
+
+-- -- lifecycle -----------------------------------------------------------------------
+
+-- name: ping
+SELECT 1
+
+-- name: advisory_lock
+-- A transaction-scoped advisory lock (released at commit): migrations, late responses.
+SELECT pg_advisory_xact_lock(:key::int8)
+
+-- name: meta_exists
+SELECT to_regclass('hipq_meta') IS NOT NULL
+
+-- name: meta_get
+SELECT value FROM hipq_meta WHERE key = :key
+
+-- name: meta_add
+INSERT INTO hipq_meta (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING
+
+-- name: meta_set
+INSERT INTO hipq_meta (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value
+
+-- -- queues --------------------------------------------------------------------------
+
+-- name: queue_upsert
+-- Create or replace a queue's settings (created_at kept); returns whether it is new
+-- (the statement's snapshot is taken before its insert).
+WITH before AS (SELECT 1 FROM queues WHERE id = :id),
+upserted AS (
+    INSERT INTO queues (id, config, paused, created_at, updated_at)
+    VALUES (:id, :config::text::jsonb, :paused, :now, :now)
+    ON CONFLICT (id) DO UPDATE SET config = excluded.config, paused = excluded.paused,
+        updated_at = excluded.updated_at)
+SELECT NOT EXISTS (SELECT 1 FROM before) AS created
+
+-- name: queue_get
+SELECT * FROM queues WHERE id = :id
+
+-- name: queues
+SELECT * FROM queues ORDER BY id
+
+-- name: queue_set_paused
+UPDATE queues SET paused = :paused, updated_at = :now WHERE id = :id
+
+-- -- enqueue -------------------------------------------------------------------------
+
+-- name: insert_jobs
+-- New jobs. Each column comes as one value for the whole batch (:col; then
+-- :col_each is NULL) or one value per job (:col_each, an array; then :col is NULL):
+-- a column the batch shares (the queue, the status, most settings) travels once,
+-- and the driver checks every array element it encodes. Ids are always an array.
+-- An id already archived is not inserted (the NOT EXISTS; the caller answers it as
+-- a repeat); without ON CONFLICT (a fifth cheaper for the database) a live id or a
+-- key in use fails the statement, which the caller then runs as insert_jobs_guarded.
+-- Keep the two blocks the same apart from that clause (a test checks).
+INSERT INTO jobs (queue, id, token, status, data, run_at, expires_at, priority, weight,
+                  critical, time_windows, timezone, timeout_seconds, correlation_key,
+                  correlation_fixed, ordering_key, key_order_at, group_key, attempt,
+                  max_attempts, created_at, updated_at, launched_at, deadline, owner,
+                  launch_confirmed, result, error, replay_of, body_hash)
+SELECT COALESCE(u.queue, :queue::text), u.id, COALESCE(u.token, :token::text),
+       COALESCE(u.status, :status::text), COALESCE(u.data, :data::text)::jsonb,
+       COALESCE(u.run_at, :run_at::timestamptz),
+       COALESCE(u.expires_at, :expires_at::timestamptz),
+       COALESCE(u.priority, :priority::int4), COALESCE(u.weight, :weight::int4),
+       COALESCE(u.critical, :critical::bool),
+       COALESCE(u.time_windows, :time_windows::text)::jsonb,
+       COALESCE(u.timezone, :timezone::text),
+       COALESCE(u.timeout_seconds, :timeout_seconds::float8),
+       COALESCE(u.correlation_key, :correlation_key::text),
+       COALESCE(u.correlation_fixed, :correlation_fixed::bool),
+       COALESCE(u.ordering_key, :ordering_key::text),
+       COALESCE(u.key_order_at, :key_order_at::timestamptz),
+       COALESCE(u.group_key, :group_key::text), COALESCE(u.attempt, :attempt::int4),
+       COALESCE(u.max_attempts, :max_attempts::int4),
+       COALESCE(u.created_at, :created_at::timestamptz),
+       COALESCE(u.updated_at, :updated_at::timestamptz),
+       COALESCE(u.launched_at, :launched_at::timestamptz),
+       COALESCE(u.deadline, :deadline::timestamptz), COALESCE(u.owner, :owner::text),
+       COALESCE(u.launch_confirmed, :launch_confirmed::bool),
+       COALESCE(u.result, :result::text)::jsonb, COALESCE(u.error, :error::text)::jsonb,
+       COALESCE(u.replay_of, :replay_of::text), COALESCE(u.body_hash, :body_hash::text)
+FROM unnest(:queue_each::text[], :id_each::text[], :token_each::text[],
+            :status_each::text[], :data_each::text[], :run_at_each::timestamptz[],
+            :expires_at_each::timestamptz[], :priority_each::int4[], :weight_each::int4[],
+            :critical_each::bool[], :time_windows_each::text[], :timezone_each::text[],
+            :timeout_seconds_each::float8[], :correlation_key_each::text[],
+            :correlation_fixed_each::bool[], :ordering_key_each::text[],
+            :key_order_at_each::timestamptz[], :group_key_each::text[],
+            :attempt_each::int4[], :max_attempts_each::int4[],
+            :created_at_each::timestamptz[], :updated_at_each::timestamptz[],
+            :launched_at_each::timestamptz[], :deadline_each::timestamptz[],
+            :owner_each::text[], :launch_confirmed_each::bool[], :result_each::text[],
+            :error_each::text[], :replay_of_each::text[], :body_hash_each::text[])
+    AS u(queue, id, token, status, data, run_at, expires_at, priority, weight, critical,
+         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+         updated_at, launched_at, deadline, owner, launch_confirmed, result, error,
+         replay_of, body_hash)
+WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a
+                  WHERE a.queue = COALESCE(u.queue, :queue) AND a.id = u.id)
+RETURNING queue, id
+
+-- name: insert_jobs_guarded
+-- insert_jobs with ON CONFLICT DO NOTHING: live ids and keys in use are left out.
+INSERT INTO jobs (queue, id, token, status, data, run_at, expires_at, priority, weight,
+                  critical, time_windows, timezone, timeout_seconds, correlation_key,
+                  correlation_fixed, ordering_key, key_order_at, group_key, attempt,
+                  max_attempts, created_at, updated_at, launched_at, deadline, owner,
+                  launch_confirmed, result, error, replay_of, body_hash)
+SELECT COALESCE(u.queue, :queue::text), u.id, COALESCE(u.token, :token::text),
+       COALESCE(u.status, :status::text), COALESCE(u.data, :data::text)::jsonb,
+       COALESCE(u.run_at, :run_at::timestamptz),
+       COALESCE(u.expires_at, :expires_at::timestamptz),
+       COALESCE(u.priority, :priority::int4), COALESCE(u.weight, :weight::int4),
+       COALESCE(u.critical, :critical::bool),
+       COALESCE(u.time_windows, :time_windows::text)::jsonb,
+       COALESCE(u.timezone, :timezone::text),
+       COALESCE(u.timeout_seconds, :timeout_seconds::float8),
+       COALESCE(u.correlation_key, :correlation_key::text),
+       COALESCE(u.correlation_fixed, :correlation_fixed::bool),
+       COALESCE(u.ordering_key, :ordering_key::text),
+       COALESCE(u.key_order_at, :key_order_at::timestamptz),
+       COALESCE(u.group_key, :group_key::text), COALESCE(u.attempt, :attempt::int4),
+       COALESCE(u.max_attempts, :max_attempts::int4),
+       COALESCE(u.created_at, :created_at::timestamptz),
+       COALESCE(u.updated_at, :updated_at::timestamptz),
+       COALESCE(u.launched_at, :launched_at::timestamptz),
+       COALESCE(u.deadline, :deadline::timestamptz), COALESCE(u.owner, :owner::text),
+       COALESCE(u.launch_confirmed, :launch_confirmed::bool),
+       COALESCE(u.result, :result::text)::jsonb, COALESCE(u.error, :error::text)::jsonb,
+       COALESCE(u.replay_of, :replay_of::text), COALESCE(u.body_hash, :body_hash::text)
+FROM unnest(:queue_each::text[], :id_each::text[], :token_each::text[],
+            :status_each::text[], :data_each::text[], :run_at_each::timestamptz[],
+            :expires_at_each::timestamptz[], :priority_each::int4[], :weight_each::int4[],
+            :critical_each::bool[], :time_windows_each::text[], :timezone_each::text[],
+            :timeout_seconds_each::float8[], :correlation_key_each::text[],
+            :correlation_fixed_each::bool[], :ordering_key_each::text[],
+            :key_order_at_each::timestamptz[], :group_key_each::text[],
+            :attempt_each::int4[], :max_attempts_each::int4[],
+            :created_at_each::timestamptz[], :updated_at_each::timestamptz[],
+            :launched_at_each::timestamptz[], :deadline_each::timestamptz[],
+            :owner_each::text[], :launch_confirmed_each::bool[], :result_each::text[],
+            :error_each::text[], :replay_of_each::text[], :body_hash_each::text[])
+    AS u(queue, id, token, status, data, run_at, expires_at, priority, weight, critical,
+         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+         updated_at, launched_at, deadline, owner, launch_confirmed, result, error,
+         replay_of, body_hash)
+WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a
+                  WHERE a.queue = COALESCE(u.queue, :queue) AND a.id = u.id)
+ON CONFLICT DO NOTHING RETURNING queue, id
+
+-- name: merged_get
+-- A job id already merged into another job (a merging queue's repeat).
+SELECT into_id, body_hash FROM merged_jobs WHERE queue = :queue AND id = :id
+
+-- name: merge_host
+-- The newest still-queued, never-launched job of an ordering key, locked.
+SELECT * FROM jobs
+WHERE queue = :queue AND ordering_key = :ordering_key AND status = 'queued' AND attempt = 0
+ORDER BY key_order_at DESC, id DESC LIMIT 1 FOR UPDATE
+
+-- name: merge_update
+UPDATE jobs SET data = :data::text::jsonb, updated_at = :now WHERE queue = :queue AND id = :id
+
+-- name: merged_insert
+INSERT INTO merged_jobs (queue, id, into_id, body_hash, created_at)
+VALUES (:queue, :id, :into_id, :body_hash, :created_at)
+
+-- -- reading jobs --------------------------------------------------------------------
+
+-- name: live_by_ids
+SELECT * FROM jobs WHERE queue = :queue AND id = ANY(:ids::text[])
+
+-- name: archived_by_ids
+SELECT * FROM archived_jobs WHERE queue = :queue AND id = ANY(:ids::text[])
+
+-- name: jobs_by_keys
+SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
+
+-- name: job_attempts
+SELECT * FROM job_attempts WHERE queue = :queue AND job_id = :job_id ORDER BY attempt, id
+
+-- name: history_last
+-- A job's last history entries, newest first, without the responses' bodies.
+SELECT attempt, launched_at, finished_at, outcome, error FROM job_attempts
+WHERE queue = :queue AND job_id = :job_id
+ORDER BY attempt DESC, id DESC LIMIT :limit
+
+-- name: history_count
+SELECT count(*) FROM job_attempts WHERE queue = :queue AND job_id = :job_id
+
+-- name: archived_page
+-- Archived jobs, newest first by (finished_at, queue, id), after a page's last key.
+SELECT * FROM archived_jobs
+WHERE (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                                  COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
+ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
+
+-- name: archived_page_queue
+SELECT * FROM archived_jobs
+WHERE queue = :queue
+  AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                                  COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
+ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
+
+-- name: archived_page_status
+SELECT * FROM archived_jobs
+WHERE status = :status
+  AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                                  COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
+ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
+
+-- name: archived_page_queue_status
+SELECT * FROM archived_jobs
+WHERE queue = :queue AND status = :status
+  AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                                  COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
+ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
+
+-- name: live_running_page
+-- A queue's running jobs by launch time, after a page's last key.
+SELECT * FROM jobs
+WHERE queue = :queue AND status = 'running'
+  AND (launched_at, id) > (COALESCE(:after_at::timestamptz, '-infinity'),
+                           COALESCE(:after_id::text, ''))
+ORDER BY launched_at, id LIMIT :limit
+
+-- name: live_queued_time_page
+-- A queue's queued jobs in (run_at, priority, id) order, after a page's last key.
+SELECT * FROM jobs
+WHERE queue = :queue AND status = 'queued'
+  AND (run_at, priority, id) > (COALESCE(:after_at::timestamptz, '-infinity'),
+                                COALESCE(:after_priority::int4, -2147483648),
+                                COALESCE(:after_id::text, ''))
+ORDER BY run_at, priority, id LIMIT :limit
+
+-- name: live_queued_priority_page
+-- A queue's queued jobs in (priority, run_at, id) order, after a page's last key.
+SELECT * FROM jobs
+WHERE queue = :queue AND status = 'queued'
+  AND (priority, run_at, id) > (COALESCE(:after_priority::int4, -2147483648),
+                                COALESCE(:after_at::timestamptz, '-infinity'),
+                                COALESCE(:after_id::text, ''))
+ORDER BY priority, run_at, id LIMIT :limit
+
+-- name: running_page
+-- A queue's running jobs by id, after an id ('' precedes every id): an adoption's page.
+SELECT * FROM jobs
+WHERE queue = :queue AND status = 'running' AND id > COALESCE(:after_id::text, '')
+ORDER BY id LIMIT :limit
+
+-- name: running_by_ids
+SELECT * FROM jobs
+WHERE queue = :queue AND status = 'running' AND id = ANY(:ids::text[])
+  AND id > COALESCE(:after_id::text, '')
+ORDER BY id LIMIT :limit
+
+-- -- the reconcile loop --------------------------------------------------------------
+-- Step 1, the due jobs of a queue: queued, run_at passed, in the queue's order, read
+-- from the partial index of that order (ix_jobs_due_time, ix_jobs_due_priority,
+-- ix_jobs_due_critical; ix_jobs_due_group_* for one quota group) and stopped at the
+-- limit. Without a group, the jobs of the quota groups in :excluding are left out
+-- (the default group's fetch; an empty array for a queue without quotas). A job with
+-- an ordering key is due only if it heads its key: no job of the key runs and none
+-- queued comes before it; with :relaxed, a queued one waiting for its retry does not
+-- hold the later ones back.
+
+-- name: due_time
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.group_key IS NULL OR j.group_key <> ALL(:excluding::text[]))
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.run_at, j.priority, j.id LIMIT :limit
+
+-- name: due_priority
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.group_key IS NULL OR j.group_key <> ALL(:excluding::text[]))
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.priority, j.run_at, j.id LIMIT :limit
+
+-- name: due_critical
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.critical = true
+  AND j.run_at <= :now::timestamptz
+  AND (j.group_key IS NULL OR j.group_key <> ALL(:excluding::text[]))
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.run_at, j.priority, j.id LIMIT :limit
+
+-- name: due_group_time
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.group_key = :group
+  AND j.run_at <= :now::timestamptz
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.run_at, j.priority, j.id LIMIT :limit
+
+-- name: due_group_priority
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.group_key = :group
+  AND j.run_at <= :now::timestamptz
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.priority, j.run_at, j.id LIMIT :limit
+
+-- name: due_group_critical
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.critical = true
+  AND j.group_key = :group AND j.run_at <= :now::timestamptz
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.run_at, j.priority, j.id LIMIT :limit
 
 -- name: claim
 -- Step 4: lock the chosen rows that are still queued (skipping rows another
@@ -56,6 +400,27 @@ WITH hit AS (
         AND k.attempt = b.attempt AND k.owner = :owner LIMIT 1) AS t)
 UPDATE jobs t SET launch_confirmed = true
 FROM hit WHERE t.ctid = hit.tid AND t.ctid = ANY(ARRAY(SELECT tid FROM hit))
+
+-- name: launch_events_recent
+-- A queue's launches after :since (older ones deleted, in the same statement).
+WITH gone AS (DELETE FROM launch_events WHERE queue = :queue AND launched_at <= :since)
+SELECT group_key, launched_at FROM launch_events WHERE queue = :queue AND launched_at > :since
+
+-- name: launch_events_restamp
+UPDATE launch_events SET launched_at = :at WHERE queue = :queue AND launched_at < :at
+
+-- name: launch_events_replace
+-- A handover: the queue's launches since :since replaced by these (the statement's
+-- delete does not see its own inserts).
+WITH gone AS (DELETE FROM launch_events WHERE queue = :queue AND launched_at >= :since)
+INSERT INTO launch_events (queue, group_key, launched_at)
+SELECT :queue::text, e.group_key, e.launched_at
+FROM unnest(:group_keys::text[], :times::timestamptz[]) AS e(group_key, launched_at)
+
+-- name: vacuum
+VACUUM (SKIP_LOCKED) jobs
+
+-- -- step 3: persisting the batch ----------------------------------------------------
 
 -- name: archive
 -- Step 3, ending tries: delete the running rows (guarded by attempt and owner),
@@ -175,6 +540,78 @@ marked AS (
       AND r.applied_at IS NULL)
 SELECT queue, id FROM pushed
 
+-- -- queued jobs and adoption --------------------------------------------------------
+
+-- name: adopt_running
+UPDATE jobs SET owner = :owner, updated_at = :now WHERE queue = :queue AND status = 'running'
+
+-- name: reschedule
+-- Queued jobs to a new run_at (found through the primary key; jobs no longer
+-- queued are left alone).
+UPDATE jobs j SET run_at = u.run_at, updated_at = :now
+FROM unnest(:ids::text[], :run_ats::timestamptz[]) AS u(id, run_at)
+WHERE j.queue = :queue AND j.id = ANY(:ids) AND j.id = u.id AND j.status = 'queued'
+
+-- name: archive_queued
+-- End queued jobs without a launch: delete them (only if still queued), archive
+-- them with their status and error; returns the rows deleted (as they were).
+WITH e AS (
+    SELECT * FROM unnest(:ids::text[], :statuses::text[], :errors::text[])
+        AS e(id, status, error)),
+gone AS (
+    DELETE FROM jobs j USING e
+    WHERE j.queue = :queue AND j.id = ANY(:ids) AND j.id = e.id AND j.status = 'queued'
+    RETURNING j.*, e.status AS end_status, e.error AS end_error),
+archived AS (
+    INSERT INTO archived_jobs (
+        queue, id, token, data, run_at, expires_at, priority, weight, critical,
+        time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+        ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+        status, result, error, updated_at, finished_at)
+    SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
+           time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+           ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+           end_status, result, end_error::jsonb, :now::timestamptz, :now::timestamptz
+    FROM gone
+    ON CONFLICT DO NOTHING)
+SELECT * FROM gone
+
+-- name: expired_any
+-- Whether any queued job is past expires_at (the partial index of expiring jobs).
+SELECT 1 FROM jobs
+WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= :now
+LIMIT 1
+
+-- name: expire
+-- Queued jobs past expires_at, earliest first, archived as expired; returns the
+-- rows deleted (as they were).
+WITH due AS (
+    SELECT ctid AS tid FROM jobs
+    WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= :now
+    ORDER BY expires_at LIMIT :limit),
+gone AS (
+    DELETE FROM jobs j WHERE j.ctid = ANY(ARRAY(SELECT tid FROM due)) AND j.status = 'queued'
+    RETURNING j.*),
+archived AS (
+    INSERT INTO archived_jobs (
+        queue, id, token, data, run_at, expires_at, priority, weight, critical,
+        time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+        ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+        status, result, error, updated_at, finished_at)
+    SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
+           time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+           ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+           'expired', result, :error::text::jsonb, :now::timestamptz, :now::timestamptz
+    FROM gone
+    ON CONFLICT DO NOTHING)
+SELECT * FROM gone
+
+-- -- the response inbox and late responses -------------------------------------------
+
 -- name: inbox_insert
 -- Responses, one array per column; a repeated dedup_key (in the table or earlier
 -- in the batch) is not inserted.
@@ -209,23 +646,126 @@ SELECT * FROM response_inbox
 WHERE applied_at IS NULL AND id > :after_id AND received_at < :before
 ORDER BY id LIMIT :limit
 
--- name: expired_any
--- Whether any queued job is past expires_at (the partial index of expiring jobs).
-SELECT 1 FROM jobs
-WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= :now
-LIMIT 1
+-- name: unmatched_page
+-- Responses marked unmatched, newest first (a range scan of the partial index
+-- ix_response_inbox_unmatched), after a page's last key. A result or error whose
+-- JSON text is longer than :value_chars comes as that text cut (*_cut), else whole.
+SELECT id, correlation_key, attempt, status, source, received_at, applied_at,
+       CASE WHEN length(result::text) <= :value_chars THEN result END AS result_whole,
+       CASE WHEN length(result::text) > :value_chars
+            THEN substr(result::text, 1, :value_chars) END AS result_cut,
+       CASE WHEN length(error::text) <= :value_chars THEN error END AS error_whole,
+       CASE WHEN length(error::text) > :value_chars
+            THEN substr(error::text, 1, :value_chars) END AS error_cut
+FROM response_inbox
+WHERE outcome = 'unmatched'
+  AND (received_at, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                           COALESCE(:after_id::int8, 0))
+ORDER BY received_at DESC, id DESC LIMIT :limit
 
--- name: jobs_by_keys
-SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
+-- name: inbox_counts
+SELECT outcome, count(*) AS n FROM response_inbox GROUP BY outcome
 
--- name: live_by_ids
-SELECT * FROM jobs WHERE queue = :queue AND id = ANY(:ids::text[])
+-- name: attempt_keys
+-- (queue, job id) of past tries and archived jobs by correlation key; the archive's
+-- rows come last (a caller keeping the last row per key prefers them).
+SELECT correlation_key, queue, job_id, 0 AS archived FROM job_attempts
+WHERE correlation_key = ANY(:keys::text[])
+UNION ALL
+SELECT correlation_key, queue, id, 1 FROM archived_jobs
+WHERE correlation_key = ANY(:keys)
+ORDER BY archived
 
--- name: archived_by_ids
-SELECT * FROM archived_jobs WHERE queue = :queue AND id = ANY(:ids::text[])
+-- name: late_tries
+-- The latest try of each correlation key (for late responses without an attempt).
+SELECT correlation_key, max(attempt) AS attempt FROM job_attempts
+WHERE correlation_key = ANY(:keys::text[])
+GROUP BY correlation_key
 
--- name: queues
-SELECT * FROM queues ORDER BY id
+-- name: late_counts
+-- How many late responses each try has recorded (the (queue, job_id, attempt) index).
+SELECT a.queue, a.job_id, a.attempt, count(*) AS n FROM job_attempts a
+WHERE (a.queue, a.job_id, a.attempt) IN (
+          SELECT * FROM unnest(:queues::text[], :job_ids::text[], :attempts::int4[]))
+  AND a.outcome = :outcome
+GROUP BY a.queue, a.job_id, a.attempt
 
--- name: vacuum
-VACUUM (SKIP_LOCKED) jobs
+-- name: late_insert
+INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
+                          finished_at, outcome, error, response)
+SELECT u.queue, u.job_id, u.attempt, u.correlation_key, NULL, :now::timestamptz,
+       :outcome::text, u.error::jsonb, u.response::jsonb
+FROM unnest(:queues::text[], :job_ids::text[], :attempts::int4[], :keys::text[],
+            :errors::text[], :responses::text[])
+    AS u(queue, job_id, attempt, correlation_key, error, response)
+
+-- -- leases and membership -----------------------------------------------------------
+
+-- name: lease_acquire
+-- Acquire or renew leases; another owner's only once expired; a renewal keeps
+-- acquired_at. Returns the queues the owner holds now.
+INSERT INTO leases (queue, owner, acquired_at, expires_at)
+SELECT q, :owner::text, :now::timestamptz, :expires::timestamptz
+FROM unnest(:queues::text[]) AS q
+ON CONFLICT (queue) DO UPDATE SET
+    owner = excluded.owner, expires_at = excluded.expires_at,
+    acquired_at = CASE WHEN leases.owner = excluded.owner THEN leases.acquired_at
+                       ELSE excluded.acquired_at END
+WHERE leases.owner = excluded.owner OR leases.expires_at < :now
+RETURNING queue
+
+-- name: lease_release_all
+DELETE FROM leases WHERE owner = :owner
+
+-- name: lease_release
+DELETE FROM leases WHERE owner = :owner AND queue = ANY(:queues::text[])
+
+-- name: lease_list
+SELECT queue, owner, expires_at FROM leases
+
+-- name: daemon_heartbeat
+-- Register the owner as live (started_at kept), forget daemons long gone, and list
+-- the live ones: the statement's snapshot predates its own upsert, so the owner
+-- comes from the upsert's RETURNING, the others from the table.
+WITH beat AS (
+    INSERT INTO daemons (owner, started_at, heartbeat_at, expires_at)
+    VALUES (:owner, :now, :now, :expires)
+    ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
+        expires_at = excluded.expires_at
+    RETURNING owner),
+forgotten AS (DELETE FROM daemons WHERE expires_at < :forget_before AND owner <> :owner)
+SELECT owner FROM beat
+UNION
+SELECT owner FROM daemons WHERE expires_at >= :now AND owner <> :owner
+ORDER BY owner
+
+-- name: daemon_leave
+DELETE FROM daemons WHERE owner = :owner
+
+-- -- stats and housekeeping ----------------------------------------------------------
+
+-- name: queue_counts
+SELECT queue,
+       count(*) FILTER (WHERE status = 'queued') AS queued,
+       count(*) FILTER (WHERE status = 'queued' AND run_at <= :now) AS due,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       COALESCE(sum(weight) FILTER (WHERE status = 'running'), 0) AS running_weight,
+       min(run_at) FILTER (WHERE status = 'queued' AND run_at <= :now) AS oldest_due
+FROM jobs GROUP BY queue
+
+-- name: prune
+-- The oldest archived jobs finished before :before with their tries, and the oldest
+-- inbox rows applied before it, at most :limit of each; returns how many of each.
+WITH old AS (
+    SELECT queue, id FROM archived_jobs WHERE finished_at < :before
+    ORDER BY finished_at LIMIT :limit),
+tries AS (
+    DELETE FROM job_attempts a USING old o WHERE a.queue = o.queue AND a.job_id = o.id),
+archived AS (
+    DELETE FROM archived_jobs t USING old o WHERE t.queue = o.queue AND t.id = o.id),
+inbox AS (
+    DELETE FROM response_inbox WHERE id = ANY(ARRAY(
+        SELECT id FROM response_inbox WHERE applied_at < :before
+        ORDER BY applied_at LIMIT :limit))
+    RETURNING 1)
+SELECT (SELECT count(*) FROM old) AS jobs, (SELECT count(*) FROM inbox) AS responses

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hipq.config import QueueConfig
-from hipq.jobs import Job, row_reader
+from hipq.jobs import Attempt, Job, row_reader
 from hipq.store import schema as s
 from hipq.store.records import InboxRow, InsertOutcome, InsertStatus, QueueRecord
 
@@ -104,3 +105,26 @@ def repeat_outcome(job: Job, first: InsertOutcome) -> InsertOutcome:
     left stored, so an item is never reported created while another body is kept."""
     stored = {} if first.job is None else {job.key: first.job}
     return insert_outcome(job, set(), stored)
+
+
+def merged_outcome(job: Job, body_hash: str, host: Job | None) -> InsertOutcome:
+    """A repeat of ``job`` in a merging queue, already merged (with ``body_hash``)
+    into ``host``: ``exists`` with the same body, else ``conflict``."""
+    if body_hash == job.body_hash:
+        return InsertOutcome(id=job.id, status=InsertStatus.EXISTS, job=host)
+    return InsertOutcome(id=job.id, status=InsertStatus.CONFLICT, job=host,
+                         error=f"job {job.id!r} was already merged with a different body")
+
+
+def merged_into(host: Job, job: Job) -> Job:
+    """``host`` with ``job``'s payloads appended (a merging queue's enqueue)."""
+    payloads = [*host.data.get("payloads", []), *job.data.get("payloads", [])]
+    return replace(host, data={**host.data, "payloads": payloads}, updated_at=job.created_at)
+
+
+def attempt_of(r: Any, *, response: bool = True) -> Attempt:
+    """An Attempt from a row of ``job_attempts`` (a mapping); ``response=False``: a
+    row read without the response's body."""
+    return Attempt(attempt=r["attempt"], launched_at=r["launched_at"],
+                   finished_at=r["finished_at"], outcome=r["outcome"], error=r["error"],
+                   response=r["response"] if response else None)

@@ -1,4 +1,12 @@
-"""The one schema definition, for PostgreSQL and SQLite.
+"""The schema: its version, the migrations that make it, and its tables as
+SQLAlchemy metadata.
+
+Each database gets its schema from numbered SQL files, one per version
+(``hipq/store/migrations/postgresql/`` and ``hipq/store/migrations/sqlite/``),
+applied in order by ``Store.migrate()``. The metadata below describes the same
+tables: the SQLite driver's statements are built on it, and it renders
+``schema.sql``; tests check that both dialects' migrations make what it
+describes (``tests/contract/test_schema_sql.py``).
 
 Timestamps are aware UTC datetimes in Python. PostgreSQL stores them as
 ``timestamptz``; SQLite stores them as REAL seconds since the epoch, so that
@@ -9,8 +17,11 @@ never as bind parameters, so PostgreSQL's generic plans can still use the indexe
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,46 +29,50 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from hipq.clock import utc
+from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 5  # the number of the last file in migrations/<dialect>/
+
 
 @dataclass(frozen=True, slots=True)
-class AddColumn:
-    """An upgrade step that adds a column unless it is there (``create_all`` makes
-    missing tables whole, never missing columns of existing ones)."""
+class Migration:
+    """One numbered file of ``hipq/store/migrations/<dialect>/``: the statements that
+    take a database from ``version - 1`` to ``version``."""
 
-    table: str
-    column: str
-    sql_type: str
-
-    def statement(self, existing: set[str]) -> str | None:
-        if self.column in existing:
-            return None
-        return f"ALTER TABLE {self.table} ADD COLUMN {self.column} {self.sql_type}"
+    version: int
+    name: str
+    sql: str
 
 
-# Upgrades of an existing database, by the version they lead to (``migrate`` runs
-# those above the stored version, after creating what is missing).
-UPGRADES: dict[int, list[str | AddColumn]] = {
-    # 2: the unique index on jobs.correlation_key leaves out jobs without a key;
-    # job_attempts loses an index no query used
-    2: ["DROP INDEX IF EXISTS ux_jobs_correlation_key",
-        "CREATE UNIQUE INDEX ux_jobs_correlation_key ON jobs (correlation_key) "
-        "WHERE correlation_key IS NOT NULL",
-        "DROP INDEX IF EXISTS ix_job_attempts_finished"],
-    # 3: a response from a signed callback URL carries the token of the job it was
-    # issued for (applied only to that job's try); archived jobs listed by queue
-    # name (GET /v1/archived-jobs?name=) use an index
-    3: [AddColumn("response_inbox", "token", "TEXT"),
-        "CREATE INDEX IF NOT EXISTS ix_archived_jobs_queue_finished "
-        "ON archived_jobs (queue, finished_at, id)"],
-    # 4: the daemons table (membership of the cluster; create_all makes it)
-    4: [],
-    # 5: responses recorded as unmatched are listed newest first
-    # (GET /v1/responses?outcome=unmatched) through a partial index of those rows only
-    5: ["CREATE INDEX IF NOT EXISTS ix_response_inbox_unmatched "
-        "ON response_inbox (received_at, id) WHERE outcome = 'unmatched'"],
-}
+_MIGRATION_FILE = re.compile(r"(\d{4})_\w+\.sql")
+
+
+@cache
+def migrations(dialect: str) -> tuple[Migration, ...]:
+    """The migrations of ``dialect`` (``"postgresql"`` or ``"sqlite"``) in order:
+    one file per version, numbered 1 to :data:`SCHEMA_VERSION` without a gap."""
+    folder = resources.files("hipq.store").joinpath("migrations").joinpath(dialect)
+    found = sorted(
+        (Migration(version=int(match[1]), name=entry.name, sql=entry.read_text("utf-8"))
+         for entry in folder.iterdir() if (match := _MIGRATION_FILE.fullmatch(entry.name))),
+        key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, SCHEMA_VERSION + 1)):
+        raise RuntimeError(f"the {dialect} migrations are numbered "
+                           f"{[m.name for m in found]}, not 1 to {SCHEMA_VERSION}")
+    return tuple(found)
+
+
+def pending(dialect: str, current: int | None) -> list[Migration]:
+    """What takes a database at version ``current`` (None: nothing recorded, e.g.
+    empty) to :data:`SCHEMA_VERSION`.
+
+    Raises:
+        SchemaError: the database is newer than this hipq.
+    """
+    if current is not None and current > SCHEMA_VERSION:
+        raise SchemaError(f"database schema version {current} is newer than this "
+                          f"hipq ({SCHEMA_VERSION}); upgrade hipq")
+    return [m for m in migrations(dialect) if current is None or m.version > current]
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
@@ -274,7 +289,8 @@ def render_postgres_ddl() -> str:
 
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     parts = [f"-- hipq schema version {SCHEMA_VERSION}. Generated from hipq/store/schema.py\n"
-             "-- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same."]
+             "-- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same\n"
+             "-- from hipq/store/migrations/postgresql/."]
     for table in metadata.sorted_tables:
         parts.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
         parts.extend(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";"

@@ -1,4 +1,6 @@
-"""The SQLite driver (aiosqlite): the hot paths as SQLAlchemy Core statements.
+"""The SQLite driver (aiosqlite): every statement SQLAlchemy Core over the tables of
+:mod:`hipq.store.schema`, the schema made by the numbered files of
+``hipq/store/migrations/sqlite/``. The reads are in :mod:`hipq.store.sqlite_reads`.
 
 SQLite is a single writer: every transaction starts with ``BEGIN IMMEDIATE``
 (:func:`create_engine`), so a claim cannot race another and no row is locked.
@@ -10,45 +12,97 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event, make_url
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState
+from hipq.config import QueueConfig
+from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState, expired_error
 from hipq.store import schema as s
-from hipq.store.common import JobKey, SQLAlchemyStore, stored_jobs
-from hipq.store.due import DueShape, due_query
+from hipq.store.common import VERSION_KEY, JobKey
+from hipq.store.history import LATE, late_values, try_of, within_late_bound
 from hipq.store.records import (
     Change,
     ChangeKind,
     InboxOutcome,
     InboxRow,
     InsertOutcome,
+    InsertStatus,
     Response,
 )
 from hipq.store.rows import (
     INSERT_CHUNK,
     chunks,
     inbox_ids_in_order,
-    inbox_row,
     inbox_values,
     insert_outcome,
     job_from_row,
     job_values,
+    merged_into,
+    merged_outcome,
 )
+from hipq.store.sqlite_reads import SQLiteReads, stored_jobs, stored_version
+
+TRIES_CHUNK = 300  # tries per count statement: 3 parameters each (SQLite allows 999)
 
 
-class SQLiteStore(SQLAlchemyStore):
+class SQLiteStore(SQLiteReads):
     """The :class:`~hipq.store.base.Store` on SQLite."""
 
     dialect = "sqlite"
     supports_row_locks = False
-    _insert_into = sqlite.insert
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        async with self._tx() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+
+    async def migrate(self) -> int:
+        """The numbered files above the recorded version, in one transaction (SQLite
+        has a single writer: concurrent migrations take turns)."""
+        async with self._tx() as conn:
+            for migration in s.pending(self.dialect, await stored_version(conn)):
+                for statement in statements(migration.sql):
+                    await conn.exec_driver_sql(statement)
+            stmt = insert(s.meta).values(key=VERSION_KEY, value=str(s.SCHEMA_VERSION))
+            await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["key"], set_={"value": str(s.SCHEMA_VERSION)}))
+        return s.SCHEMA_VERSION
+
+    async def meta_get_or_set(self, key: str, value: str) -> str:
+        async with self._tx() as conn:
+            await conn.execute(insert(s.meta).values(key=key, value=value)
+                               .on_conflict_do_nothing(index_elements=["key"]))
+            stored = await conn.scalar(sa.select(s.meta.c.value).where(s.meta.c.key == key))
+        return str(stored)
+
+    # -- queues ----------------------------------------------------------------------
+
+    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
+        body = config.model_dump(mode="json", exclude_none=True)
+        async with self._tx() as conn:
+            existed = await conn.scalar(sa.select(sa.func.count()).select_from(s.queues)
+                                        .where(s.queues.c.id == config.id))
+            stmt = insert(s.queues).values(id=config.id, config=body, paused=config.paused,
+                                           created_at=now, updated_at=now)
+            await conn.execute(stmt.on_conflict_do_update(
+                index_elements=["id"],
+                set_={"config": body, "paused": config.paused, "updated_at": now}))
+        return not existed
+
+    async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
+        async with self._tx() as conn:
+            result = await conn.execute(s.queues.update().where(s.queues.c.id == queue_id)
+                                        .values(paused=paused, updated_at=now))
+        return bool(result.rowcount)
 
     # -- enqueue -----------------------------------------------------------------------
 
@@ -61,7 +115,7 @@ class SQLiteStore(SQLAlchemyStore):
 
     async def _insert_chunk(self, conn: AsyncConnection,
                             unique: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
-        stmt = (self._insert(s.jobs).on_conflict_do_nothing()
+        stmt = (insert(s.jobs).on_conflict_do_nothing()
                 .returning(s.jobs.c.queue, s.jobs.c.id))
         rows = await conn.execute(stmt, [job_values(job) for job in unique])
         inserted = {(r.queue, r.id) for r in rows}
@@ -76,12 +130,37 @@ class SQLiteStore(SQLAlchemyStore):
         existing = {**live, **archived}
         return {job.key: insert_outcome(job, inserted, existing) for job in unique}
 
-    # -- the reconcile loop --------------------------------------------------------------
-
-    async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
+    async def job_merge(self, job: Job) -> InsertOutcome:
+        t, m = s.jobs, s.merged_jobs
         async with self._tx() as conn:
-            return [job_from_row(r._mapping)
-                    for r in await conn.execute(due_query(shape, now=now, limit=limit))]
+            row = (await conn.execute(sa.select(m).where(m.c.queue == job.queue,
+                                                         m.c.id == job.id))).first()
+            if row is not None:  # a repeat of a job merged into another
+                hosts = await stored_jobs(conn, s.jobs, [(job.queue, row.into_id)])
+                hosts = hosts or await stored_jobs(conn, s.archived_jobs,
+                                                   [(job.queue, row.into_id)])
+                return merged_outcome(job, row.body_hash, next(iter(hosts.values()), None))
+            found: dict[JobKey, Job] = {}
+            for table in (s.jobs, s.archived_jobs):
+                found.update(await stored_jobs(conn, table, [job.key]))
+            if job.key in found:
+                return insert_outcome(job, set(), found)
+            row = (await conn.execute(
+                sa.select(t).where(t.c.queue == job.queue, t.c.ordering_key == job.ordering_key,
+                                   t.c.status == s.QUEUED, t.c.attempt == 0)
+                .order_by(t.c.key_order_at.desc(), t.c.id.desc()).limit(1))).first()
+            if row is not None:
+                into = merged_into(job_from_row(row._mapping), job)
+                await conn.execute(t.update().where(t.c.queue == into.queue, t.c.id == into.id)
+                                   .values(data=into.data, updated_at=into.updated_at))
+                await conn.execute(m.insert().values(queue=job.queue, id=job.id, into_id=into.id,
+                                                     body_hash=job.body_hash,
+                                                     created_at=job.created_at))
+                return InsertOutcome(id=job.id, status=InsertStatus.CREATED, job=into)
+        (outcome,) = await self.job_insert_many([job])
+        return outcome
+
+    # -- the reconcile loop --------------------------------------------------------------
 
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
                                     owner: str, heartbeat_seconds: float | None,
@@ -127,6 +206,38 @@ class SQLiteStore(SQLAlchemyStore):
                     t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
                 confirmed += int(result.rowcount)
         return confirmed
+
+    async def jobs_vacuum(self) -> bool:
+        return False  # SQLite's file is its own business: nothing to do
+
+    async def launch_events_recent(self, *, queue: str,
+                                   since: datetime) -> dict[str, list[datetime]]:
+        e = s.launch_events
+        async with self._tx() as conn:
+            await conn.execute(e.delete().where(e.c.queue == queue, e.c.launched_at <= since))
+            rows = await conn.execute(sa.select(e.c.group_key, e.c.launched_at)
+                                      .where(e.c.queue == queue, e.c.launched_at > since))
+            out: dict[str, list[datetime]] = {}
+            for row in rows:
+                out.setdefault(row.group_key, []).append(row.launched_at)
+        return out
+
+    async def launch_events_restamp(self, *, queue: str, at: datetime) -> int:
+        e = s.launch_events
+        async with self._tx() as conn:
+            done = await conn.execute(e.update().where(e.c.queue == queue, e.c.launched_at < at)
+                                      .values(launched_at=at))
+        return int(done.rowcount or 0)
+
+    async def launch_events_replace(self, *, queue: str, since: datetime,
+                                    events: Sequence[tuple[str, datetime]]) -> None:
+        e = s.launch_events
+        async with self._tx() as conn:
+            await conn.execute(e.delete().where(e.c.queue == queue, e.c.launched_at >= since))
+            if events:
+                await conn.execute(e.insert(), [
+                    {"queue": queue, "group_key": group, "launched_at": at}
+                    for group, at in events])
 
     # -- step 3: persisting the batch ------------------------------------------------------
 
@@ -225,6 +336,73 @@ class SQLiteStore(SQLAlchemyStore):
         if rows:
             await conn.execute(s.job_attempts.insert(), rows)
 
+    # -- queued and adopted jobs ---------------------------------------------------------
+
+    async def job_adopt_running(self, *, queue: str, owner: str, now: datetime) -> int:
+        t = s.jobs
+        async with self._tx() as conn:
+            result = await conn.execute(t.update().where(
+                t.c.queue == queue, t.c.status == s.RUNNING).values(owner=owner, updated_at=now))
+        return int(result.rowcount)
+
+    async def job_reschedule_many(self, *, queue: str, run_ats: dict[str, datetime],
+                                  now: datetime) -> int:
+        if not run_ats:
+            return 0
+        t = s.jobs
+        moved = 0
+        async with self._tx() as conn:
+            for chunk in chunks(list(run_ats.items()), INSERT_CHUNK):
+                run_at = sa.case(*((t.c.id == i, sa.literal(at, s.UTCDateTime))
+                                   for i, at in chunk), else_=t.c.run_at)
+                result = await conn.execute(t.update().where(
+                    t.c.queue == queue, t.c.id.in_([i for i, _ in chunk]),
+                    t.c.status == s.QUEUED).values(run_at=run_at, updated_at=now))
+                moved += int(result.rowcount)
+        return moved
+
+    async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
+                                      now: datetime) -> list[Job]:
+        if not ends:
+            return []
+        t = s.jobs
+        async with self._tx() as conn:
+            rows = (await conn.execute(t.delete().where(
+                t.c.queue == queue, t.c.id.in_(list(ends)), t.c.status == s.QUEUED)
+                .returning(*t.columns))).all()
+            archived = [job_from_row(r._mapping).evolve(
+                status=JobState(ends[r.id][0]), error=ends[r.id][1], updated_at=now,
+                finished_at=now) for r in rows]
+            await self._archive_insert(conn, archived)
+        return archived
+
+    async def job_expired_sweep(self, *, now: datetime, limit: int) -> list[Job]:
+        t = s.jobs
+        async with self._tx() as conn:
+            keys = (await conn.execute(sa.select(t.c.queue, t.c.id).where(
+                t.c.status == s.QUEUED, t.c.expires_at.is_not(None), t.c.expires_at <= now)
+                .order_by(t.c.expires_at).limit(limit))).all()
+            if not keys:
+                return []
+            rows = (await conn.execute(t.delete().where(
+                sa.tuple_(t.c.queue, t.c.id).in_([tuple(k) for k in keys]),
+                t.c.status == s.QUEUED).returning(*t.columns))).all()
+            error = expired_error().to_json()
+            archived = [job_from_row(r._mapping).evolve(status=JobState.EXPIRED, error=error,
+                                                        updated_at=now, finished_at=now)
+                        for r in rows]
+            await self._archive_insert(conn, archived)
+        return archived
+
+    @staticmethod
+    async def _archive_insert(conn: AsyncConnection, archived: Sequence[Job]) -> None:
+        if not archived:
+            return
+        rows = [{**job_values(j), "finished_at": j.finished_at} for j in archived]
+        # executemany: SQLAlchemy compiles the statement once and batches the rows
+        # ("insertmanyvalues"), instead of compiling a new N-row VALUES every time.
+        await conn.execute(insert(s.archived_jobs).on_conflict_do_nothing(), rows)
+
     # -- the response inbox ----------------------------------------------------------------
 
     async def inbox_insert_many(self, responses: Sequence[Response], *,
@@ -235,24 +413,11 @@ class SQLiteStore(SQLAlchemyStore):
         inserted: list[Any] = []
         async with self._tx() as conn:
             for chunk in chunks(rows, INSERT_CHUNK):
-                stmt = (self._insert(s.response_inbox).values(list(chunk))
+                stmt = (insert(s.response_inbox).values(list(chunk))
                         .on_conflict_do_nothing()
                         .returning(s.response_inbox.c.id, s.response_inbox.c.dedup_key))
                 inserted.extend(r._mapping for r in await conn.execute(stmt))
         return inbox_ids_in_order(responses, inserted)
-
-    async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
-        if not keys:
-            return []
-        t = s.response_inbox
-        out: list[InboxRow] = []
-        async with self._tx() as conn:
-            for chunk in chunks(list(keys), INSERT_CHUNK):
-                rows = await conn.execute(sa.select(t).where(
-                    t.c.applied_at.is_(None), t.c.correlation_key.in_(list(chunk))))
-                out.extend(inbox_row(r._mapping) for r in rows)
-        out.sort(key=lambda r: r.id)
-        return out
 
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:
@@ -271,14 +436,115 @@ class SQLiteStore(SQLAlchemyStore):
                 await conn.execute(t.update().where(t.c.id.in_(list(chunk)),
                                                     t.c.applied_at.is_(None))
                                    .values(applied_at=now, outcome=outcome))
-
-    async def job_keys_lookup(self, keys: Sequence[str]) -> dict[str, Job]:
-        if not keys:
-            return {}
-        t = s.jobs
+    async def attempt_record_late_many(self, rows: Sequence[tuple[str, str, InboxRow]], *,
+                                       now: datetime) -> None:
+        """Late responses within each try's bound; SQLite's single writer keeps the
+        counts read true until the insert."""
+        if not rows:
+            return
+        a = s.job_attempts
         async with self._tx() as conn:
-            rows = await conn.execute(sa.select(t).where(t.c.correlation_key.in_(list(keys))))
-            return {r.correlation_key: job_from_row(r._mapping) for r in rows}
+            keys = list({r.correlation_key for _, _, r in rows})
+            latest = {r.correlation_key: r.attempt for r in await conn.execute(
+                sa.select(a.c.correlation_key, sa.func.max(a.c.attempt).label("attempt"))
+                .where(a.c.correlation_key.in_(keys)).group_by(a.c.correlation_key))}
+            values = late_values(rows, latest, now)
+            recorded: Counter[tuple[str, str, int]] = Counter()
+            for chunk in chunks(sorted({try_of(v) for v in values}), TRIES_CHUNK):
+                recorded.update({(r[0], r[1], r[2]): int(r[3]) for r in await conn.execute(
+                    sa.select(a.c.queue, a.c.job_id, a.c.attempt, sa.func.count())
+                    .where(sa.tuple_(a.c.queue, a.c.job_id, a.c.attempt).in_(chunk),
+                           a.c.outcome == LATE)
+                    .group_by(a.c.queue, a.c.job_id, a.c.attempt))})
+            kept = within_late_bound(values, recorded)
+            if kept:
+                await conn.execute(a.insert(), kept)
+
+    # -- leases and membership -----------------------------------------------------------
+
+    async def lease_acquire_many(self, *, queues: Sequence[str], owner: str, now: datetime,
+                                 seconds: float) -> set[str]:
+        if not queues:
+            return set()
+        t = s.leases
+        expires = now + timedelta(seconds=seconds)
+        new = insert(t).values([{"queue": q, "owner": owner, "acquired_at": now,
+                                 "expires_at": expires} for q in queues])
+        stmt = new.on_conflict_do_update(
+            index_elements=["queue"],
+            set_={"owner": new.excluded.owner, "expires_at": new.excluded.expires_at,
+                  "acquired_at": sa.case((t.c.owner == new.excluded.owner, t.c.acquired_at),
+                                         else_=new.excluded.acquired_at)},
+            where=sa.or_(t.c.owner == new.excluded.owner, t.c.expires_at < now),
+        ).returning(t.c.queue)
+        async with self._tx() as conn:
+            return {r.queue for r in await conn.execute(stmt)}
+
+    async def lease_release_all(self, *, owner: str) -> int:
+        async with self._tx() as conn:
+            result = await conn.execute(s.leases.delete().where(s.leases.c.owner == owner))
+        return int(result.rowcount)
+
+    async def lease_release_many(self, *, queues: Sequence[str], owner: str) -> int:
+        if not queues:
+            return 0
+        t = s.leases
+        async with self._tx() as conn:
+            result = await conn.execute(t.delete().where(t.c.owner == owner,
+                                                         t.c.queue.in_(list(queues))))
+        return int(result.rowcount)
+
+    async def daemon_heartbeat(self, *, owner: str, now: datetime,
+                               seconds: float) -> list[str]:
+        t = s.daemons
+        expires = now + timedelta(seconds=seconds)
+        new = insert(t).values(owner=owner, started_at=now, heartbeat_at=now, expires_at=expires)
+        stmt = new.on_conflict_do_update(
+            index_elements=["owner"],
+            set_={"heartbeat_at": new.excluded.heartbeat_at,
+                  "expires_at": new.excluded.expires_at})
+        async with self._tx() as conn:
+            await conn.execute(stmt)
+            await conn.execute(t.delete().where(t.c.expires_at < now - timedelta(
+                seconds=seconds)))  # long gone: nobody needs their row
+            rows = await conn.execute(sa.select(t.c.owner).where(t.c.expires_at >= now)
+                                      .order_by(t.c.owner))
+            return [r.owner for r in rows]
+
+    async def daemon_leave(self, *, owner: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(s.daemons.delete().where(s.daemons.c.owner == owner))
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    async def archive_prune(self, *, before: datetime, limit: int) -> int:
+        t, a, i = s.archived_jobs, s.job_attempts, s.response_inbox
+        async with self._tx() as conn:
+            keys = [tuple(k) for k in await conn.execute(
+                sa.select(t.c.queue, t.c.id).where(t.c.finished_at < before)
+                .order_by(t.c.finished_at).limit(limit))]
+            if keys:
+                await conn.execute(a.delete().where(
+                    sa.tuple_(a.c.queue, a.c.job_id).in_(keys)))
+                await conn.execute(t.delete().where(sa.tuple_(t.c.queue, t.c.id).in_(keys)))
+            applied = sa.select(i.c.id).where(i.c.applied_at < before).order_by(
+                i.c.applied_at).limit(limit).scalar_subquery()
+            inbox = await conn.execute(i.delete().where(i.c.id.in_(applied)))
+        return max(len(keys), int(inbox.rowcount))
+
+
+def statements(script: str) -> Iterator[str]:
+    """The statements of a SQL script, one at a time (SQLite's driver runs one per
+    call, and its ``executescript`` would commit the migration's transaction)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip() and not all(part.lstrip().startswith("--") or not part.strip()
+                                   for part in pending.splitlines()):
+        raise ValueError(f"an unterminated statement in a migration: {pending.strip()[:80]}")
 
 
 def _requeue_params(change: Change) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.store import InboxOutcome, ListedResponse, Response, Store
-from hipq.store.listing import unmatched_query
+from hipq.store.sqlite_reads import unmatched_query
 from hipq.testing import FakeClock
+from tests.contract._plans import generic_plan, main_scans, nodes
 
 
 async def _responses(store: Store, clock: FakeClock, *keys: str,
@@ -137,35 +138,31 @@ async def test_results_and_errors_are_cut_to_the_bound(store: Store, clock: Fake
 async def test_the_listing_reads_the_index_of_unmatched_rows(store: Store,
                                                             clock: FakeClock) -> None:
     """A range scan of ``ix_response_inbox_unmatched`` in the listing's order (no sort,
-    no walk over the inbox), also as a generic plan on PostgreSQL: its predicate is
-    a literal, not a parameter."""
+    no walk over the inbox), also as a generic plan on PostgreSQL, first page and
+    later ones: its predicate is a literal, not a parameter, and the page's bound
+    stays an index condition."""
     await _responses(store, clock, *(f"a{i}" for i in range(50)), outcome=InboxOutcome.APPLIED)
     await _responses(store, clock, "u1", "u2")
-    stmt = unmatched_query(limit=10, after=(clock.now() + timedelta(seconds=1), 2**40),
-                           value_chars=100)
+    after = (clock.now() + timedelta(seconds=1), 2**40)
+    if store.dialect == "postgresql":
+        for at, after_id in (after, (None, None)):
+            plan = await generic_plan(store, "unmatched_page", seqscan=False, limit=10,
+                                      value_chars=100, after_at=at, after_id=after_id)
+            (scan,) = main_scans(plan, "response_inbox")
+            assert scan["Node Type"] == "Index Scan", plan
+            assert scan["Index Name"] == "ix_response_inbox_unmatched", plan
+            assert scan["Scan Direction"] == "Backward", plan
+            assert "Index Cond" in scan, plan
+            assert not [n for n in nodes(plan) if "Sort" in n["Node Type"]], plan
+        return
+    stmt = unmatched_query(limit=10, after=after, value_chars=100)
     engine = store.engine  # type: ignore[attr-defined]
     compiled = stmt.compile(dialect=engine.dialect)
     values = compiled.construct_params()
     params = [values[name] for name in compiled.positiontup or []]
+    params = [v.timestamp() if isinstance(v, datetime) else v for v in params]
     async with engine.connect() as conn:
-        if store.dialect == "sqlite":
-            params = [v.timestamp() if isinstance(v, datetime) else v for v in params]
-            rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", tuple(params))
-            plan = " | ".join(str(r[-1]) for r in rows)
-            assert "USING INDEX ix_response_inbox_unmatched" in plan, plan
-            assert "TEMP B-TREE" not in plan, plan
-            return
-        raw = (await conn.get_raw_connection()).driver_connection
-        await raw.execute("SET enable_seqscan = off")  # a tiny table: judge the index choice
-        await raw.execute("SET plan_cache_mode = force_generic_plan")
-        await raw.execute(f"PREPARE listing AS {compiled}")
-        try:
-            args = ", ".join(f"'{v.isoformat()}'" if isinstance(v, datetime) else str(v)
-                             for v in params)
-            lines = await raw.fetch(f"EXPLAIN EXECUTE listing({args})")
-        finally:
-            await raw.execute("DEALLOCATE listing")
-            await raw.execute("RESET ALL")
-    plan = "\n".join(r[0] for r in lines)
-    assert "Index Scan Backward using ix_response_inbox_unmatched" in plan, plan
-    assert "Sort" not in plan, plan
+        rows = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", tuple(params))
+        plan = " | ".join(str(r[-1]) for r in rows)
+    assert "USING INDEX ix_response_inbox_unmatched" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan

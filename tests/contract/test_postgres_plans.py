@@ -1,5 +1,7 @@
-"""Plans of the PostgreSQL driver's step-3 statements at a tick's size: every scan of
-``response_inbox`` runs once, however many responses the tick applies.
+"""Plans of the PostgreSQL driver's statements. Step 3 at a tick's size: every scan
+of ``response_inbox`` runs once, however many responses the tick applies. Step 1
+and the operators' listings, as generic plans: each reads its index in its order
+and stops at the limit, first page or later one.
 
 A join from a list of inbox ids to a CTE fed by RETURNING (which the planner takes
 for one row) ran as a nested loop that rescanned every listed id per marked row:
@@ -16,7 +18,9 @@ from typing import Any
 import pytest
 
 from hipq.store import Change, ChangeKind, InboxOutcome, Response, Store
+from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
+from tests.contract._plans import generic_plan, main_scans, nodes
 from tests.contract.test_store import OWNER, archive, make_job, start
 
 TICK = 1500  # responses applied in one tick
@@ -95,7 +99,6 @@ async def test_marking_stale_responses_scans_the_inbox_once(store: Store,
                                                              clock: FakeClock) -> None:
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    from hipq.store.pgsql import SQL
     from hipq.store.postgres import _marks
 
     await _busy_inbox(store, clock)
@@ -110,3 +113,90 @@ async def test_marking_stale_responses_scans_the_inbox_once(store: Store,
         scans = _scans_of(await _explain(store, statement.sql, statement.args(**values)),
                           "response_inbox")
         assert [s["Actual Loops"] for s in scans] == [1] * len(scans), scans
+
+
+# -- step 1 and the listings: generic plans read their index, in its order ----------------
+
+DUE = [  # (block, extra values, the indexes it may read)
+    ("due_time", {"excluding": []}, {"ix_jobs_due_time"}),
+    ("due_time", {"excluding": ["g1"]}, {"ix_jobs_due_time"}),
+    ("due_priority", {"excluding": []}, {"ix_jobs_due_priority"}),
+    ("due_critical", {"excluding": []}, {"ix_jobs_due_critical"}),
+    ("due_group_time", {"group": "g1"}, {"ix_jobs_due_group_time"}),
+    ("due_group_priority", {"group": "g1"}, {"ix_jobs_due_group_priority"}),
+    ("due_group_critical", {"group": "g1"}, {"ix_jobs_due_critical", "ix_jobs_due_group_time"}),
+]
+
+
+async def _backlog(store: Store, clock: FakeClock) -> None:
+    """Queued jobs (some critical, grouped or keyed), running ones and archived ones."""
+    jobs = [make_job(clock, f"q{i:04d}", critical=i % 7 == 0, group_key=f"g{i % 3}",
+                     ordering_key=f"k{i % 11}" if i % 5 == 0 else None,
+                     key_order_at=clock.now() if i % 5 == 0 else None)
+            for i in range(600)]
+    await store.job_insert_many(jobs)
+    running = await start(store, clock, *(make_job(clock, f"r{i:04d}") for i in range(300)))
+    await store.persist_batch(changes=[archive(j) for j in running[:200]], owner=OWNER,
+                              now=clock.advance(1))
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        await raw.execute("ANALYZE")
+
+
+def _assert_reads(plan: dict[str, Any], relation: str, indexes: set[str], *,
+                  ordered: bool = True) -> None:
+    scans = main_scans(plan, relation)
+    shown = json.dumps(plan, indent=1)
+    assert scans, shown
+    for scan in scans:
+        assert scan["Node Type"] in ("Index Scan", "Index Only Scan"), shown
+        assert scan["Index Name"] in indexes, shown
+    if ordered:
+        assert not [n for n in nodes(plan) if "Sort" in n["Node Type"]], shown
+
+
+@pytest.mark.parametrize(("name", "values", "indexes"), DUE)
+async def test_a_due_fetch_reads_its_partial_index_in_order(
+        store: Store, clock: FakeClock, name: str, values: dict[str, Any],
+        indexes: set[str]) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    await _backlog(store, clock)
+    for relaxed in (False, True):
+        plan = await generic_plan(store, name, seqscan=False, queue="q", now=clock.now(),
+                                  limit=100, relaxed=relaxed, **values)
+        assert plan["Node Type"] == "Limit", plan
+        _assert_reads(plan, "jobs", indexes)
+
+
+PAGES = [  # (block, values, the indexes it may read, whether the index gives the order)
+    ("archived_page", {}, {"ix_archived_jobs_finished"}, True),
+    ("archived_page_queue", {"queue": "q"}, {"ix_archived_jobs_queue_finished"}, True),
+    ("archived_page_status", {"status": "succeeded"},
+     {"ix_archived_jobs_status", "ix_archived_jobs_finished"}, False),
+    ("live_queued_time_page", {"queue": "q"}, {"ix_jobs_due_time"}, True),
+    ("live_queued_priority_page", {"queue": "q"}, {"ix_jobs_due_priority"}, True),
+    ("running_page", {"queue": "q"}, {"jobs_pkey"}, True),
+]
+FIRST_PAGE = {"after_at": None, "after_queue": None, "after_id": None, "after_priority": None}
+
+
+@pytest.mark.parametrize(("name", "values", "indexes", "ordered"), PAGES)
+async def test_a_page_reads_its_index_from_the_previous_page_on(
+        store: Store, clock: FakeClock, name: str, values: dict[str, Any], indexes: set[str],
+        ordered: bool) -> None:
+    """First page or later one, the keyset bound is an index condition of the
+    generic plan (a NULL bound is COALESCEd, not tested with IS NULL)."""
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    await _backlog(store, clock)
+    table = "archived_jobs" if name.startswith("archived") else "jobs"
+    later = {"after_at": clock.now(), "after_queue": "q", "after_id": "q0100",
+             "after_priority": 0}
+    for bound in (FIRST_PAGE, later):
+        given = {k: v for k, v in bound.items() if k in SQL[name].params}
+        plan = await generic_plan(store, name, seqscan=False, limit=50, **values, **given)
+        _assert_reads(plan, table, indexes, ordered=ordered)
+        (scan,) = main_scans(plan, table)
+        assert "Index Cond" in scan, json.dumps(plan, indent=1)

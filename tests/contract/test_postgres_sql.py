@@ -1,14 +1,20 @@
-"""The named statements of the PostgreSQL driver (``hipq/store/postgres.sql``):
-how they are loaded, and that they keep up with the schema."""
+"""The named statements of the PostgreSQL driver (``hipq/store/postgres.sql``, its
+only SQL): how they are loaded, that each is the driver's, that they keep up with
+the schema, and that the server accepts every one of them."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from hipq.jobs import Job
+from hipq.store import ChangeKind, Store, postgres
 from hipq.store import schema as s
-from hipq.store.pgsql import SQL, Statement, load
+from hipq.store.pgsql import SQL, Statement, insert_jobs_values, load
+from hipq.store.rows import JOB_COLUMNS
+from hipq.testing import FakeClock
 
 
 def test_named_parameters_become_positions_in_order_of_first_use() -> None:
@@ -34,16 +40,82 @@ def test_blocks_run_to_the_next_name_and_drop_comment_lines() -> None:
 
 def test_every_statement_is_loaded_with_numbered_parameters() -> None:
     assert {"claim", "confirm", "archive", "requeue", "extend", "inbox_insert", "inbox_mark",
-            "launch_events"} <= set(SQL)
+            "launch_events", "insert_jobs", "due_time", "queue_upsert", "prune"} <= set(SQL)
     for statement in SQL.values():
         assert not re.search(r"(?<![:\w]):[A-Za-z_]", statement.sql), statement.name
         assert "--" not in statement.sql, statement.name
 
 
-def test_archiving_copies_every_column_of_a_job() -> None:
-    """The archive statement names the columns it copies: a column added to the
-    schema must be added there too."""
-    insert = re.search(r"INSERT INTO archived_jobs \(([^)]*)\)", SQL["archive"].sql)
+ARCHIVING = ["archive", "archive_queued", "expire"]
+
+
+@pytest.mark.parametrize("name", ARCHIVING)
+def test_every_archiving_statement_copies_every_column(name: str) -> None:
+    insert = re.search(r"INSERT INTO archived_jobs \(([^)]*)\)", SQL[name].sql)
     assert insert is not None
-    copied = {c.strip() for c in insert[1].split(",")}
-    assert copied == {c.name for c in s.archived_jobs.columns}
+    assert {c.strip() for c in insert[1].split(",")} == {c.name for c in s.archived_jobs.columns}
+
+
+def test_inserting_jobs_names_every_column_once_or_per_job() -> None:
+    insert = re.search(r"INSERT INTO jobs \(([^)]*)\)", SQL["insert_jobs"].sql)
+    assert insert is not None
+    assert [c.strip() for c in insert[1].split(",")] == JOB_COLUMNS
+    expected = {f"{c}_each" for c in JOB_COLUMNS} | (set(JOB_COLUMNS) - {"id"})
+    assert set(SQL["insert_jobs"].params) == expected
+
+
+def test_the_guarded_insert_differs_only_by_on_conflict() -> None:
+    plain, guarded = SQL["insert_jobs"].sql, SQL["insert_jobs_guarded"].sql
+    returning = "RETURNING queue, id"
+    assert guarded == plain.replace(returning, f"ON CONFLICT DO NOTHING {returning}")
+    assert SQL["insert_jobs"].params == SQL["insert_jobs_guarded"].params
+
+
+def test_a_column_the_batch_shares_travels_once() -> None:
+    clock = FakeClock()
+    now = clock.now()
+    jobs = [Job(id=f"j{i}", queue="q", run_at=now, created_at=now, updated_at=now,
+                token=f"t{i}", body_hash="h", data={"n": 1}) for i in range(3)]
+    values = insert_jobs_values(jobs)
+    assert SQL["insert_jobs"].args(**values)  # every parameter, and only those
+    assert (values["queue"], values["queue_each"]) == ("q", None)
+    assert (values["data"], values["data_each"]) == ('{"n": 1}', None)
+    assert (values["token"], values["token_each"]) == (None, ["t0", "t1", "t2"])
+    assert values["id_each"] == ["j0", "j1", "j2"]
+    assert (values["expires_at"], values["expires_at_each"]) == (None, None)
+
+
+def test_json_values_are_compared_as_text() -> None:
+    """In Python {"a": 1} == {"a": True}: as one shared value, one would be lost."""
+    clock = FakeClock()
+    now = clock.now()
+    jobs = [Job(id=f"j{i}", queue="q", run_at=now, created_at=now, updated_at=now,
+                token="t", body_hash="h", data={"a": value}) for i, value in enumerate([1, True])]
+    values = insert_jobs_values(jobs)
+    assert values["data_each"] == ['{"a": 1}', '{"a": true}']
+
+
+def test_every_statement_is_the_drivers() -> None:
+    """Each block is named by the driver: literally, or as one of its families."""
+    source = Path(postgres.__file__).read_text()
+    families = {f"due_{group}{order}" for group in ("", "group_")
+                for order in ("time", "priority", "critical")}
+    families |= {f"archived_page{q}{st}" for q in ("", "_queue") for st in ("", "_status")}
+    families |= {str(kind) for kind in ChangeKind}
+    unused = [name for name in SQL if f'"{name}"' not in source and name not in families]
+    assert unused == []
+    assert {name for name in families if name not in SQL} == set()
+
+
+async def test_every_statement_prepares_on_a_migrated_database(store: Store) -> None:
+    """The server parses, types and plans each block against the schema the
+    migrations made (VACUUM is not preparable; it runs in the contract tests)."""
+    if store.dialect != "postgresql":
+        pytest.skip("PostgreSQL's statements")
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        for name, statement in SQL.items():
+            if name != "vacuum":
+                prepared = await raw.prepare(statement.sql)
+                assert len(prepared.get_parameters()) == len(statement.params), name
