@@ -27,6 +27,7 @@ from sqlalchemy import event
 from hipq.jobs import Ordering
 from hipq.store import Change, ChangeKind, Store, open_store
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
+from tests.contract._plans import literal
 
 QUEUE = "bench"
 OTHER_QUEUE = "other"
@@ -136,23 +137,6 @@ async def explain(conn: asyncpg.Connection, sql: str, params: tuple[Any, ...], *
     raw_plan = await conn.fetchval(f"EXPLAIN ({options}) {sql}", *params)
     plan: dict[str, Any] = json.loads(raw_plan)[0]["Plan"]
     return plan
-
-
-def literal(value: Any) -> str:
-    """A SQL literal for EXECUTE's arguments (which cannot be bind parameters)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, datetime):
-        return f"'{value.isoformat()}'::timestamptz"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, list):  # an empty one as an untyped literal: the parameter's type
-        return "ARRAY[" + ", ".join(literal(v) for v in value) + "]" if value else "'{}'"
-    raise TypeError(f"no literal for {value!r}")
 
 
 async def explain_generic(conn: asyncpg.Connection, sql: str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trustme
@@ -52,28 +52,6 @@ class Server:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Script], Awaitable[Server]]]:
-    servers: list[Server] = []
-
-    async def start(script: Script) -> Server:
-        server = Server(script)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        await server.close()
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[HttpPool]:
-    client = HttpPool(limit=10, cap=1000)
-    yield client
-    await client.close()
 
 
 def url(server: Server, path: str = "/jobs") -> Endpoint:

@@ -26,26 +26,6 @@ Serve = Callable[[Script], Awaitable[Server]]
 FRESH = b"HTTP/1.1 200 OK\r\nX-Which: fresh\r\nContent-Length: 5\r\n\r\nfresh"
 
 
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    servers: list[Server] = []
-
-    async def start(script: Script) -> Server:
-        server = Server(script)
-        await server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        await server.close()
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[HttpPool]:
-    client = HttpPool(limit=10, cap=1000)
-    yield client
-    await client.close()
 
 
 @pytest.fixture
