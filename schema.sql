@@ -1,4 +1,4 @@
--- hipq schema version 5. Generated from hipq/store/schema.py
+-- hipq schema version 6. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -152,6 +152,27 @@ CREATE TABLE merged_jobs (
 	body_hash TEXT NOT NULL, 
 	created_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	CONSTRAINT merged_jobs_pkey PRIMARY KEY (queue, id)
+);
+
+CREATE TABLE queue_backoffs (
+	queue TEXT NOT NULL, 
+	scope TEXT NOT NULL, 
+	until TIMESTAMP WITH TIME ZONE NOT NULL, 
+	reason TEXT NOT NULL, 
+	streak INTEGER NOT NULL, 
+	since TIMESTAMP WITH TIME ZONE NOT NULL, 
+	CONSTRAINT queue_backoffs_pkey PRIMARY KEY (queue, scope)
+);
+
+CREATE TABLE queue_state (
+	queue TEXT NOT NULL, 
+	effective FLOAT, 
+	successes INTEGER NOT NULL, 
+	decreased_at TIMESTAMP WITH TIME ZONE, 
+	held JSONB, 
+	held_at TIMESTAMP WITH TIME ZONE, 
+	throttled_total BIGINT NOT NULL, 
+	PRIMARY KEY (queue)
 );
 
 CREATE TABLE queues (

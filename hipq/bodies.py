@@ -93,12 +93,19 @@ class ResponseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    status: Literal["succeeded", "failed", "running"] = "succeeded"
+    status: Literal["succeeded", "failed", "running", "throttled"] = "succeeded"
     attempt: int | None = Field(default=None, ge=1, le=INT32_MAX)
     retryable: bool | None = None
     result: JsonAny = None
     error: JsonAny = None
     extend_seconds: float | None = Field(default=None, gt=0, le=365 * 86400)
+    retry_after_seconds: float | None = Field(default=None, ge=0, le=365 * 86400)
+
+    @property
+    def seconds(self) -> float | None:
+        """What the inbox keeps in its one seconds column: a heartbeat's
+        ``extend_seconds``, or a throttled answer's ``retry_after_seconds``."""
+        return self.retry_after_seconds if self.status == "throttled" else self.extend_seconds
 
 
 def _json_shaped(value: Any) -> bool:

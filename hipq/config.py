@@ -29,7 +29,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
-from hipq.spec import QueueSpec, QuotaSpec, RateLimitSpec, RetrySpec
+from hipq.spec import AdaptiveSpec, BackoffSpec, QueueSpec, QuotaSpec, RateLimitSpec, RetrySpec
 from hipq.throttling import windows
 from hipq.values import INT32_MAX
 
@@ -186,6 +186,39 @@ class RateLimit(_Strict):
     by: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
 
 
+class Backoff(_Strict):
+    """How a queue obeys its partner's "not now" (SPEC 15): the scope a throttled
+    try pauses (the whole ``queue``, or the ``group`` of jobs sharing the value at
+    ``field``), the back-off when the partner gives no time, and how many throttled
+    tries of one job in a row are given back before one counts as failed."""
+
+    scope: Literal["queue", "group"] = "queue"
+    field: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
+    initial_seconds: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
+    max_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    max_throttled: int = Field(default=50, ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _scoped(self) -> Backoff:
+        if self.scope == "group" and self.field is None:
+            raise ValueError("backoff scope 'group' needs a field (a path into data)")
+        if self.scope == "queue" and self.field is not None:
+            raise ValueError("backoff field is for scope 'group'")
+        if self.max_seconds < self.initial_seconds:
+            raise ValueError("backoff max_seconds is smaller than initial_seconds")
+        return self
+
+
+class Adaptive(_Strict):
+    """Adaptive concurrency (AIMD): the effective limit starts at ``concurrency``, is
+    multiplied by ``decrease`` (not below ``min``) on a throttled or timed-out try and
+    grows by one after every ``increase_every`` successes."""
+
+    min: int = Field(default=1, ge=1, le=INT32_MAX)
+    increase_every: int = Field(default=20, ge=1, le=1_000_000)
+    decrease: float = Field(default=0.5, gt=0, lt=1)
+
+
 class QueueConfig(_Strict):
     """A queue's settings: the same keys in YAML and in ``POST /v1/jobs``."""
 
@@ -203,6 +236,8 @@ class QueueConfig(_Strict):
     time_windows: list[TimeWindow] | None = None
     quotas: Quotas | None = None
     rate_limit: RateLimit | None = None
+    backoff: Backoff = Field(default_factory=Backoff)
+    adaptive: Adaptive | None = None
     merge_by_ordering_key: bool = False
     ordering_key_mode: Literal["strict", "relaxed_on_retry"] = "strict"
     target: TargetConfig | None = None
@@ -229,6 +264,11 @@ class QueueConfig(_Strict):
             windows.validate([w.model_dump() for w in self.time_windows], self.timezone)
         if self.quotas is not None and self.concurrency is None:
             raise ValueError("quotas need a concurrency to share")
+        if self.adaptive is not None:
+            if self.concurrency is None:
+                raise ValueError("adaptive needs a concurrency to adapt")
+            if self.adaptive.min > self.concurrency:
+                raise ValueError("adaptive min is larger than concurrency")
         if self.concurrency is not None and self.default_weight > self.concurrency:
             raise ValueError("default_weight is larger than concurrency: no job could ever run")
         return self
@@ -258,6 +298,13 @@ class QueueConfig(_Strict):
                 default=quotas.default, lend_unused=quotas.lend_unused),
             rate_limit=None if rate is None else RateLimitSpec(
                 launches=rate.launches, per_seconds=rate.per_seconds, by=rate.by),
+            backoff=BackoffSpec(scope=self.backoff.scope, field=self.backoff.field,
+                                initial_seconds=self.backoff.initial_seconds,
+                                max_seconds=self.backoff.max_seconds,
+                                max_throttled=self.backoff.max_throttled),
+            adaptive=None if self.adaptive is None else AdaptiveSpec(
+                min=self.adaptive.min, increase_every=self.adaptive.increase_every,
+                decrease=self.adaptive.decrease),
             merge_by_ordering_key=self.merge_by_ordering_key,
             ordering_key_mode=self.ordering_key_mode, paused=self.paused,
             custom_throttler=self.throttler is not None, retry=self.retry.to_spec())
@@ -318,6 +365,7 @@ class KafkaResponseFields(_Strict):
     error: str = "error"
     attempt: str = "attempt"
     extend_seconds: str = "extend_seconds"
+    retry_after_seconds: str = "retry_after_seconds"
 
 
 class KafkaConfig(_Strict):

@@ -325,6 +325,8 @@ class Daemon:
             return False
         if self.metrics.observe_tick(result, self.clock.monotonic() - started):
             log_failures(result.ended)
+        if result.wake_at is not None:  # a partner's pause ends then
+            self._driver.due_in(max((result.wake_at - self.clock.now()).total_seconds(), 0.0))
         return result.launched >= self.settings.reconcile.fetch_limit
 
     async def prune(self) -> None:

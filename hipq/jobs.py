@@ -79,6 +79,7 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"  # a user cancelled the job
     DROPPED = "dropped"  # a throttler dropped the job instead of launching it
     KEY_CONFLICT = "key_conflict"  # the try's correlation key was held by another job
+    THROTTLED = "throttled"  # the partner said "not now" (429, 503 + Retry-After, "throttled")
 
 
 class ResponseStatus(StrEnum):
@@ -88,6 +89,7 @@ class ResponseStatus(StrEnum):
     FAILED = "failed"
     RUNNING = "running"  # a heartbeat: the try goes on (its deadline moves)
     CANCELLED = "cancelled"  # written by a cancel of a running job
+    THROTTLED = "throttled"  # the partner's "not now": the try is given back (SPEC 15)
 
 
 LATE_RESPONSE = "late_response"  # the outcome recorded for a response after its try ended

@@ -121,12 +121,17 @@ class ThrottleResult:
         reschedule: job id -> new ``run_at`` (e.g. a time window closed).
         drop: job id -> reason; the job is archived without launch
             (``expired`` for reason "expired", else ``failed`` with the reason).
+        held: optional, job id -> why a candidate waits (``concurrency``,
+            ``quota``, ``rate_limit``, ``ordering_key``, ``window``...): counted per
+            reason on the queue (SPEC 15); a waiting candidate not listed counts
+            as ``throttler``.
     Candidates in none of the three simply wait for a later tick.
     """
 
     launch: Sequence[Job] = ()
     reschedule: Mapping[str, datetime] = field(default_factory=dict)
     drop: Mapping[str, str] = field(default_factory=dict)
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 @runtime_checkable

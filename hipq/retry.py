@@ -139,11 +139,17 @@ MAX_RETRY_AFTER_SECONDS = 86400.0  # a Retry-After further away than this is cap
 def retry_after(ctx: RetryContext) -> datetime | None:
     """The earliest next try a downstream asked for (``Retry-After``), if any."""
     data = ctx.error.data
-    raw = data.get("retry_after") if isinstance(data, dict) else None
-    latest = ctx.now + timedelta(seconds=MAX_RETRY_AFTER_SECONDS)
+    return partner_time(data.get("retry_after") if isinstance(data, dict) else None, ctx.now)
+
+
+def partner_time(raw: Any, now: datetime) -> datetime | None:
+    """A time a partner gave (seconds from ``now`` as a number, or an aware ISO 8601
+    time), at most :data:`MAX_RETRY_AFTER_SECONDS` away; None if there is none."""
+    latest = now + timedelta(seconds=MAX_RETRY_AFTER_SECONDS)
     if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
-        return min(ctx.now + timedelta(seconds=min(float(raw), MAX_RETRY_AFTER_SECONDS)),
-                   latest)
+        if raw != raw:  # NaN
+            return None
+        return min(now + timedelta(seconds=min(float(raw), MAX_RETRY_AFTER_SECONDS)), latest)
     if isinstance(raw, str):
         try:
             when = datetime.fromisoformat(raw)

@@ -130,6 +130,10 @@ class Hipq:
         return await self.store.queue_list()
 
     async def set_paused(self, queue: str, paused: bool) -> QueueRecord:
+        """Pause or resume a queue; a resume also ends its partner's pauses (SPEC 15:
+        cleared first, then the record is touched, so its owner reloads them)."""
+        if not paused:
+            await self.store.backoff_clear(queue=queue)
         if not await self.store.queue_set_paused(queue, paused, now=self.clock.now()):
             raise QueueNotFound(queue)
         self._configs.pop(queue, None)
@@ -261,7 +265,7 @@ class Hipq:
             Response(correlation_key=correlation_key, attempt=response.attempt,
                      status=response.status, retryable=response.retryable,
                      result=response.result, error=response.error,
-                     extend_seconds=response.extend_seconds, source=source,
+                     extend_seconds=response.seconds, source=source,
                      dedup_key=dedup_key, token=token))
         if self.on_response is not None:
             self.on_response()

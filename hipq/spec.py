@@ -44,6 +44,31 @@ class RateLimitSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BackoffSpec:
+    """How a throttled try pauses its scope (SPEC 15): ``scope`` ``queue`` or
+    ``group`` (jobs sharing the value at ``field``); without a time from the partner
+    the pause is ``initial_seconds`` doubling per throttled try in a row, up to
+    ``max_seconds``; a job's try past ``max_throttled`` throttled in a row counts as
+    failed."""
+
+    scope: str = "queue"
+    field: str | None = None
+    initial_seconds: float = 1.0
+    max_seconds: float = 300.0
+    max_throttled: int = 50
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveSpec:
+    """AIMD on the effective concurrency: times ``decrease`` (not below ``min``) on a
+    throttled or timed-out try, plus one after every ``increase_every`` successes."""
+
+    min: int = 1
+    increase_every: int = 20
+    decrease: float = 0.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetrySpec:
     """How a queue retries a failed try: a built-in ``strategy`` (``None``: the
     default) or a ``plugin`` (``module:attr``), with its ``options`` (the config's
@@ -78,6 +103,8 @@ class QueueSpec:
     time_windows: tuple[Window, ...] | None = None
     quotas: QuotaSpec | None = None
     rate_limit: RateLimitSpec | None = None
+    backoff: BackoffSpec = field(default_factory=BackoffSpec)
+    adaptive: AdaptiveSpec | None = None
     merge_by_ordering_key: bool = False
     ordering_key_mode: str = "strict"
     paused: bool = False

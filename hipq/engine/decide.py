@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -59,15 +60,17 @@ def _free(capacity: int | None, used: int, limit: int) -> int:
     return max(min(capacity - used, limit), 0)
 
 
-def plan_fetch(spec: QueueSpec, used: RunningUsage, limit: int) -> list[Fetch]:
+def plan_fetch(spec: QueueSpec, used: RunningUsage, limit: int, *,
+               widen: bool = False) -> list[Fetch]:
     """Due candidates bounded by what could launch: free capacity (per quota group
     when the queue has quotas), plus critical jobs, plus the oldest due jobs when
-    aging may promote them. Results are merged in this order."""
+    aging may promote them. Results are merged in this order. ``widen``: look as far
+    as ``limit`` (some groups are paused by their partner)."""
     normal_free = _free(spec.concurrency, used.normal_weight, limit)
     critical_free = _free(spec.critical_concurrency, used.critical_weight, limit)
-    # with a per-group rate limit, the first jobs in order may all belong to groups
-    # out of budget: look further so they do not hide the other groups
-    wide = limit if spec.rate_limit is not None and spec.rate_limit.by else 0
+    # with a per-group rate limit (or group pauses), the first jobs in order may all
+    # belong to groups that cannot launch: look further so they do not hide the others
+    wide = limit if widen or (spec.rate_limit is not None and spec.rate_limit.by) else 0
     plan: list[Fetch] = []
     if normal_free > 0:
         if spec.quotas is not None and spec.concurrency is not None:
@@ -139,6 +142,23 @@ def sift_decision(candidates: Sequence[Job], decision: ThrottleResult) -> Sifted
     return Sifted(launch=launch, reschedule=reschedule, drop=drop)
 
 
+def held_reasons(candidates: Sequence[Job], decision: ThrottleResult,
+                 launched: Sequence[str], counts: Mapping[str, int]) -> dict[str, int]:
+    """The candidates a tick held back, counted by reason (SPEC 15), added to
+    ``counts``: the throttler's reason for each (``window`` for the built-in's
+    reschedules), ``throttler`` where it gave none. O(candidates)."""
+    out = dict(counts)
+    chosen = set(launched)
+    reasons, drop = decision.held, decision.drop
+    for job in candidates:
+        job_id = job.id
+        if job_id in chosen or job_id in drop:
+            continue
+        reason = reasons.get(job_id, "throttler")
+        out[reason] = out.get(reason, 0) + 1
+    return out
+
+
 def drop_ends(drop: Mapping[str, str]) -> dict[str, tuple[str, Any]]:
     """Dropped candidates -> (terminal state, error): ``expired`` for the reason
     "expired", else ``failed``."""
@@ -164,6 +184,10 @@ def outcome_from_launch(outcome: LaunchOutcome | None, error: JobError | None) -
         return Outcome(status=JobState.FAILED, response={"source": "launch"},
                        error=replace(error, data={"kind": error.kind, "detail": error.detail}))
     assert isinstance(outcome, Completed)
+    if outcome.status == ResponseStatus.THROTTLED:
+        raw = outcome.error if isinstance(outcome.error, dict) else {}
+        return Outcome(status=JobState.FAILED, response={"source": "target"},
+                       error=throttled_error(str(raw.get("detail") or "throttled"), raw))
     if outcome.status == ResponseStatus.SUCCEEDED:
         return Outcome(status=JobState.SUCCEEDED, result=outcome.result,
                        response={"source": "target"})
@@ -184,6 +208,13 @@ def outcome_from_row(row: InboxRow) -> Outcome:
                        response={"source": row.source})
     if row.status == ResponseStatus.CANCELLED:
         return Outcome(status=JobState.CANCELLED, error=cancelled_error())
+    if row.status == ResponseStatus.THROTTLED:
+        data: dict[str, Any] = {"source": row.source}
+        if row.extend_seconds is not None:  # the inbox's seconds: retry_after_seconds here
+            data["retry_after"] = row.extend_seconds
+        return Outcome(status=JobState.FAILED, error=throttled_error(
+            f"throttled by the partner ({row.source} response)", data),
+            response={"source": row.source})
     raw = row.error if isinstance(row.error, dict) else {}
     detail = raw.get("detail") or raw.get("message") or (row.error if isinstance(row.error, str)
                                                          else "")
@@ -227,12 +258,37 @@ def extended_deadline(entry: HeldTry, row: InboxRow, heartbeat_seconds: float | 
 # -- step 3: ended tries -> changes ---------------------------------------------------
 
 
+def throttled_error(detail: str, data: Mapping[str, Any]) -> JobError:
+    return JobError(kind=ErrorKind.THROTTLED, detail=detail, data=dict(data))
+
+
+def is_throttled(outcome: Outcome | None) -> bool:
+    return (outcome is not None and outcome.error is not None
+            and outcome.error.kind == ErrorKind.THROTTLED)
+
+
+def throttled_in_a_row(job: Job | None) -> int:
+    """How many throttled tries of ``job`` were given back in a row (its last error
+    says, as requeued by :func:`change_for`)."""
+    error = None if job is None else job.error
+    if not isinstance(error, dict) or error.get("kind") != ErrorKind.THROTTLED:
+        return 0
+    count = error.get("in_a_row")
+    return count if isinstance(count, int) and count >= 0 else 0
+
+
 def change_for(entry: HeldTry, spec: QueueSpec | None, retry: RetryFn | None,
-               now: datetime) -> Change:
+               now: datetime, *, paused_until: datetime | None = None,
+               new_token: Callable[[], str] = lambda: uuid.uuid4().hex) -> Change:
     """What step 3 persists for an entry that ended or was extended. A failed try
     asks the queue's retry strategy (under the rules of :func:`hipq.retry.decide`)
     with a deep copy of the job (read back first where the entry let it go);
-    without the queue's settings, or the job, it gives up."""
+    without the queue's settings, or the job, it gives up.
+
+    A throttled try (SPEC 15) is given back: queued again at ``paused_until`` (its
+    scope's pause), its attempt not spent, under a new token (its callback URL and
+    key complete no later try); past ``backoff.max_throttled`` in a row it is a
+    failed try of kind ``throttled`` that waits at least until ``paused_until``."""
     outcome, inbox_ids = entry.outcome, entry.inbox_ids
     status = None if outcome is None else outcome.status
     if status is JobState.SUCCEEDED or status is JobState.CANCELLED:  # the usual case
@@ -250,6 +306,15 @@ def change_for(entry: HeldTry, spec: QueueSpec | None, retry: RetryFn | None,
     if outcome is None:
         return Change(kind=ChangeKind.EXTEND, deadline=entry.deadline, **common)
     error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)
+    if error.kind == ErrorKind.THROTTLED and spec is not None:
+        in_a_row = throttled_in_a_row(entry.job) + 1
+        until = paused_until or now
+        if in_a_row <= spec.backoff.max_throttled:
+            return Change(kind=ChangeKind.REQUEUE, run_at=until, give_back=True,
+                          token=new_token(), error={**error.to_json(), "in_a_row": in_a_row},
+                          outcome=ErrorKind.THROTTLED.value, response=outcome.response,
+                          **common)
+        error = replace(error, data={**(error.data or {}), "retry_after": until.isoformat()})
     verdict: Retry | GiveUp
     if spec is None:
         verdict = GiveUp("the queue no longer exists")

@@ -9,7 +9,9 @@ one while it lives. It waits for a request, then runs a tick:
 * :meth:`~TickDriver.wake` (an enqueue, a response, a launch's outcome, a NOTIFY)
   runs one after ``debounce`` seconds, so a burst of arrivals makes one tick;
 * a request made while a tick runs makes one more tick after it; a tick that
-  launched a full batch asks for the next at once (more is due).
+  launched a full batch asks for the next at once (more is due);
+* :meth:`~TickDriver.due_in` runs one after a delay (a partner's pause ends then);
+  the earliest such request wins.
 
 Requests never pile up: any number of them before a tick starts make one tick.
 :meth:`~TickDriver.stop` lets the tick in progress finish (a tick cut short could
@@ -37,6 +39,8 @@ class TickDriver:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
+        self._timer: asyncio.Task[None] | None = None
+        self._timer_at = 0.0
         self.running = False  # a tick is in progress
 
     def start(self) -> None:
@@ -52,6 +56,23 @@ class TickDriver:
         """Run a tick soon (after the debounce); cheap, safe to call often."""
         self._requested.set()
 
+    def due_in(self, seconds: float) -> None:
+        """Run a tick in ``seconds`` (on the injected clock)."""
+        if self._stopping:
+            return
+        at = self._clock.monotonic() + seconds
+        timer = self._timer
+        if timer is not None and not timer.done():
+            if self._timer_at <= at:
+                return
+            timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.create_task(self._later(seconds), name="hipq-tick-timer")
+
+    async def _later(self, seconds: float) -> None:
+        await self._clock.sleep(seconds)
+        self.due()
+
     async def tick_now(self) -> None:
         """Ask for a tick and wait until one that started after this call ended."""
         if self._task is None or self._task.done():
@@ -64,6 +85,8 @@ class TickDriver:
     async def stop(self) -> None:
         """Let the tick in progress finish, then end the task (idempotent)."""
         self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
         self._requested.set()
         if self._task is not None:
             await asyncio.shield(self._task)

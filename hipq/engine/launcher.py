@@ -69,6 +69,7 @@ class Launcher:
         self._sending: set[asyncio.Future[Any]] = set()  # dispatched, not yet answered
         self._confirm: list[tuple[str, str, int]] = []
         self._outcomes: list[LaunchResult] = []
+        self._spent: list[tuple[Job, Any]] = []  # accepted launches whose budget is spent
         self._flush_lock = asyncio.Lock()
         # per queue: launches not yet recorded (confirmed in the database, or their
         # outcome in memory for the next tick); a handover waits for zero
@@ -123,6 +124,10 @@ class Launcher:
         if self.on_answered is not None:
             self.on_answered(result.job, self.clock.now)
         if isinstance(result.outcome, Accepted):
+            if result.outcome.spent is not None:
+                self._spent.append((result.job, result.outcome.spent))
+                if self.on_wake is not None:
+                    self.on_wake()
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one
                 asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
@@ -147,6 +152,12 @@ class Launcher:
     def busy(self, queue: str) -> bool:
         """Whether launches of ``queue`` are in flight or not yet recorded."""
         return queue in self._unrecorded
+
+    def take_spent(self) -> list[tuple[Job, Any]]:
+        """Accepted launches whose partner said its budget is spent (with the reset),
+        since the last call."""
+        out, self._spent = self._spent, []
+        return out
 
     def take_outcomes(self) -> list[LaunchResult]:
         """The immediate outcomes (and failed launches) since the last call."""

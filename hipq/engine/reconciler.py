@@ -45,6 +45,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from hipq.clock import Clock
 from hipq.config import ReconcileConfig, ResponsesConfig
@@ -53,6 +54,7 @@ from hipq.engine.decide import (
     Fetch,
     change_for,
     drop_ends,
+    held_reasons,
     outcome_from_launch,
     outcome_timeout,
     plan_fetch,
@@ -65,6 +67,7 @@ from hipq.engine.jobs_on_demand import JobsOnDemand
 from hipq.engine.launcher import Launcher
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
+from hipq.engine.partner import PartnerWord
 from hipq.engine.rates import RateLog
 from hipq.engine.result import Counters, ReconcileResult
 from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
@@ -76,7 +79,7 @@ from hipq.spec import QueueSpec
 from hipq.store import Change, ChangeKind, QueueRecord, Store
 from hipq.targets import Target
 from hipq.targets.registry import Targets
-from hipq.throttling import RateBudget
+from hipq.throttling import RateBudget, field_value
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,7 @@ class Reconciler:
                                  concurrency=self.config.launch_concurrency, on_wake=on_wake,
                                  on_answered=self.rates.answered)
         self.vacuum = Vacuum(store, every=self.config.vacuum_every)
+        self.partner = PartnerWord(store)  # pauses, adaptive limits, held counts (SPEC 15)
         self._swept_at: datetime | None = None
         self._stopping = False
 
@@ -132,8 +136,9 @@ class Reconciler:
         queues = {q.id: q for q in await self.store.queue_list()}
         # step 0: leases (adoptions), what launches and responses said, deadlines
         await self._leases(queues, now, counters)
+        await self.partner.refresh(self.held, queues)
         handing_over = self._ready_to_hand_over()
-        self._apply_launches(counters)
+        self._apply_launches(now, counters)
         await self.inbox.apply(self.batch, now, counters)
         self._mark_timeouts(now, counters)
         await self._sweep(now, counters)
@@ -153,7 +158,10 @@ class Reconciler:
                 await persisting
             raise
         await persisting  # step 3 ends here
+        self.partner.stamp_held(now)
+        await self.partner.save(now)
         await self._hand_over(handing_over)  # scale-out: after the persist, see .leases
+        counters.wake_at = self.partner.next_end(self.held, now)
         result = counters.result()
         if result.changed:
             log.info("reconcile tick: %s", dict(counters.values), extra={"action": "tick"})
@@ -221,20 +229,43 @@ class Reconciler:
     def _adopted(self, held: HeldTry) -> None:
         """An adopted try: a waiting one lets its job go at once (an adoption may
         bring a whole running set; see :meth:`Batch.add`)."""
+        runtime = self.runtimes.cached(held.queue)
+        if runtime is not None and held.job is not None:
+            held.scope = self._scope(runtime.spec, held.job)
         self.batch.add(held, keep_job=False)
         self.inbox.watch(held)
 
-    def _apply_launches(self, counters: Counters) -> None:
-        """Outcomes targets gave at once (and failed launches), straight from memory."""
+    def _apply_launches(self, now: datetime, counters: Counters) -> None:
+        """Outcomes targets gave at once (and failed launches), straight from memory;
+        budgets the partner said were spent pause their scopes."""
         batch, applied = self.batch, 0
+        for job, spent in self.launcher.take_spent():
+            self._spent(job, spent, now)
         for result in self.launcher.take_outcomes():
             job = result.job
+            spent = getattr(result.outcome, "spent", None)
+            if spent is not None:
+                self._spent(job, spent, now)
             held = batch.get((job.queue, job.id))
             if held is None or held.attempt != job.attempt or held.outcome is not None:
                 continue  # timed out or cancelled meanwhile: the first outcome stands
             batch.end(held, outcome_from_launch(result.outcome, result.error))
             applied += 1
         counters.add("responses_applied", applied)
+
+    def _spent(self, job: Job, spent: Any, now: datetime) -> None:
+        runtime = self.runtimes.cached(job.queue)
+        if runtime is not None and job.queue in self.held:
+            spec = runtime.spec
+            self.partner.spent(spec, self._scope(spec, job), spent, now)
+
+    @staticmethod
+    def _scope(spec: QueueSpec, job: Job | None) -> str | None:
+        """The partner scope of a job's try (None: the whole queue)."""
+        field = spec.backoff.field
+        if spec.backoff.scope != "group" or field is None:
+            return None
+        return PartnerWord.scope_of(spec, None if job is None else field_value(job.data, field))
 
     def _mark_timeouts(self, now: datetime, counters: Counters) -> None:
         for held in self.batch.overdue(now):
@@ -271,12 +302,24 @@ class Reconciler:
 
     async def _select_queue(self, runtime: QueueRuntime, now: datetime,
                             counters: Counters) -> _Selection | None:
-        spec = runtime.spec
-        candidates = await self._fetch(runtime, now)
+        partner = self.partner
+        spec = partner.in_force(runtime.spec)  # the adaptive limit as its concurrency
+        groups_paused = partner.group_pauses(spec.id, now)
+        candidates = await self._fetch(spec, now, widen=bool(groups_paused))
         counters.add("fetched", len(candidates))
         if not candidates:
+            await self._held_at_capacity(spec, now)
             return None
         candidates = await self._expire(spec.id, candidates, now, counters)
+        held: dict[str, int] = {}
+        if partner.queue_pause(spec.id, now) is not None:
+            partner.held(spec.id, {"backoff": len(candidates)} if candidates else {})
+            return None
+        if groups_paused:
+            kept = [j for j in candidates if self._scope(spec, j) not in groups_paused]
+            if len(kept) < len(candidates):
+                held["backoff"] = len(candidates) - len(kept)
+            candidates = kept
         recent: dict[str, list[datetime]] = {}
         if spec.rate_limit is not None:
             since = now - timedelta(seconds=spec.rate_limit.per_seconds)
@@ -300,15 +343,32 @@ class Reconciler:
             log.exception("throttler of queue %s raised; nothing launches this tick", spec.id,
                           extra={"action": "plugin_error", "queue": spec.id})
             counters.add("throttler_errors")
+            held["throttler"] = held.get("throttler", 0) + len(candidates)
+            partner.held(spec.id, held)
             return None
         launch = await self._apply_decision(spec.id, candidates, decision, now, counters)
+        partner.held(spec.id, held_reasons(candidates, decision, launch, held))
         if not launch:
             return None
         return _Selection(runtime=runtime, launch=launch,
                           candidates={j.id: j for j in candidates})
 
-    async def _fetch(self, runtime: QueueRuntime, now: datetime) -> list[Job]:
-        spec = runtime.spec
+    async def _held_at_capacity(self, spec: QueueSpec, now: datetime) -> None:
+        """Nothing was fetched: at capacity, the due jobs wait for it (a bounded
+        count, at most once a second); else nothing is held."""
+        counts: dict[str, int] = {}
+        used = self.batch.usage(spec.id, spec.quotas.field if spec.quotas is not None else None)
+        if (spec.concurrency is not None and used.normal_weight >= spec.concurrency
+                and self.partner.may_count(spec.id, now)):
+            due = await self.store.job_count_due(queue=spec.id, now=now,
+                                                 limit=self.config.fetch_limit)
+            if due:
+                counts["concurrency"] = due
+        elif spec.concurrency is not None and used.normal_weight >= spec.concurrency:
+            return  # counted less than a second ago: keep what was counted
+        self.partner.held(spec.id, counts)
+
+    async def _fetch(self, spec: QueueSpec, now: datetime, *, widen: bool = False) -> list[Job]:
         used = await self.jobs.usage(spec)
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
@@ -319,7 +379,7 @@ class Reconciler:
                 default_group_excluding=fetch.default_group_excluding))
 
         # side by side (reads, each on its own connection); merged in plan order
-        reads = [read(f) for f in plan_fetch(spec, used, self.config.fetch_limit)]
+        reads = [read(f) for f in plan_fetch(spec, used, self.config.fetch_limit, widen=widen)]
         done = await asyncio.gather(*reads, return_exceptions=True)
         for outcome in done:
             if isinstance(outcome, BaseException):
@@ -357,13 +417,16 @@ class Reconciler:
         entry are copied by :func:`change_for`, retry plugins get deep copies."""
         changes = []
         strategies: dict[str, tuple[QueueSpec | None, RetryFn | None]] = {}  # per queue
-        finished = retried = 0
+        finished = retried = throttled = 0
         for held in changed:
             queue = held.queue
             strategy = strategies.get(queue)
             if strategy is None:
                 strategy = strategies[queue] = self._retry_of(queues.get(queue))
-            change = change_for(held, strategy[0], strategy[1], now)
+            paused_until = self._partner_heard(held, strategy[0], now)
+            if paused_until is not None:
+                throttled += 1
+            change = change_for(held, strategy[0], strategy[1], now, paused_until=paused_until)
             if change.kind is ChangeKind.ARCHIVE:
                 finished += 1
             elif change.kind is ChangeKind.REQUEUE:
@@ -371,7 +434,35 @@ class Reconciler:
             changes.append(change)
         counters.add("finished", finished)
         counters.add("retried", retried)
+        counters.add("throttled", throttled)
         return changes
+
+    def _partner_heard(self, held: HeldTry, spec: QueueSpec | None,
+                       now: datetime) -> datetime | None:
+        """What an ended try tells of the partner (SPEC 15): a success may end its
+        scope's streak and grows the adaptive limit; a timeout lowers it; a throttled
+        try pauses its scope (returns when the pause ends)."""
+        outcome = held.outcome
+        if spec is None or outcome is None or held.queue not in self.held:
+            return None
+        partner = self.partner
+        if outcome.status is JobState.SUCCEEDED:
+            if spec.adaptive is not None or partner.has_pauses(spec.id):
+                partner.succeeded(spec, held.scope if held.job is None
+                                  else self._scope(spec, held.job), now)
+            return None
+        error = outcome.error
+        if error is None:
+            return None
+        if error.kind == ErrorKind.TIMEOUT:
+            partner.slow_down(spec, held.launched_at, now)
+            return None
+        if error.kind != ErrorKind.THROTTLED:
+            return None
+        scope = held.scope if held.job is None else self._scope(spec, held.job)
+        data = error.data if isinstance(error.data, dict) else {}
+        return partner.throttled(spec, scope, held.launched_at, data.get("retry_after"),
+                                 error.detail or "throttled", now)
 
     def _retry_of(self, record: QueueRecord | None) -> tuple[QueueSpec | None, RetryFn | None]:
         """A queue's spec and retry strategy (None where they cannot be had)."""
@@ -413,8 +504,11 @@ class Reconciler:
                 continue
             jobs = await self._claim(selection, ids, now)
             add, watch = self.batch.add, self.inbox.watch
+            grouped = spec.backoff.scope == "group"
             for job in jobs:  # once per launched job
                 held = HeldTry(job=job, deadline=job.deadline)
+                if grouped:
+                    held.scope = self._scope(spec, job)
                 add(held)
                 if job.correlation_fixed:
                     watch(held)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from hipq.jobs import Job
 from hipq.store.records import Change, InboxOutcome
@@ -26,15 +27,18 @@ class ReconcileResult:
     responses_applied: int = 0
     adopted: int = 0
     throttler_errors: int = 0
+    throttled: int = 0  # tries the partner throttled (SPEC 15)
     # for metrics (hipq.metrics) and failure logs, by reference: no per-job work here
     launched_jobs: Sequence[Job] = ()
     ended: Sequence[Change] = ()
     expired_by_queue: Mapping[str, int] = field(default_factory=dict)
     responses_by_outcome: Mapping[str, int] = field(default_factory=dict)
+    wake_at: datetime | None = None  # a partner's pause ends then: a tick is due
 
     @property
     def changed(self) -> bool:
-        return any(getattr(self, name) for name in self.__dataclass_fields__)
+        return any(getattr(self, name) for name in self.__dataclass_fields__
+                   if name != "wake_at")
 
 
 @dataclass(slots=True)
@@ -44,6 +48,7 @@ class Counters:
     ended: Sequence[Change] = ()
     expired_by_queue: dict[str, int] = field(default_factory=dict)
     responses_by_outcome: dict[str, int] = field(default_factory=dict)
+    wake_at: datetime | None = None
 
     def add(self, name: str, n: int = 1) -> None:
         if n:
@@ -61,4 +66,5 @@ class Counters:
     def result(self) -> ReconcileResult:
         return ReconcileResult(**self.values, launched_jobs=self.launched_jobs,
                                ended=self.ended, expired_by_queue=self.expired_by_queue,
-                               responses_by_outcome=self.responses_by_outcome)
+                               responses_by_outcome=self.responses_by_outcome,
+                               wake_at=self.wake_at)

@@ -46,6 +46,7 @@ class _Tick:
                      if queue.rate_limit is not None else None)
         self.keys = OrderingKeys(usage.ordering_keys)
         self.launch: list[Job] = []
+        self.held: dict[str, str] = {}  # job id -> why it waits (SPEC 15)
         self.normal_blocked = False
         self.blocked_groups: set[str] = set()
         self.over_quota: list[Job] = []
@@ -57,20 +58,26 @@ class _Tick:
             self.quotas.add(self.quotas.group(job), job.weight)
 
     def offer_normal(self, job: Job) -> None:
+        held = self.held
         if self.normal_blocked:
+            held[job.id] = "concurrency"
             return
         group = self.quotas.group(job) if self.quotas is not None else ""
         if group in self.blocked_groups:
             self.over_quota.append(job)
+            held[job.id] = "quota"
             return
         if not self.normal.fits(job.weight):
             self.normal_blocked = True
+            held[job.id] = "concurrency"
             return
         if self.quotas is not None and not self.quotas.fits(group, job.weight):
             self.blocked_groups.add(group)
             self.over_quota.append(job)
+            held[job.id] = "quota"
             return
         if self.rate is not None and not self.rate.take(job):
+            held[job.id] = "rate_limit"
             return
         self.normal.take(job.weight)
         self.take(job)
@@ -83,8 +90,10 @@ class _Tick:
             if not self.normal.fits(job.weight):
                 return
             if self.rate is not None and not self.rate.take(job):
+                self.held[job.id] = "rate_limit"
                 continue
             self.normal.take(job.weight)
+            self.held.pop(job.id, None)
             self.take(job)
 
 
@@ -103,17 +112,21 @@ class BuiltinThrottler:
                 opening = next_open(windows, tz, ctx.now)
                 if opening is not None:
                     reschedule[job.id] = opening
+                tick.held[job.id] = "window"
                 continue
             if not tick.keys.free(job):
+                tick.held[job.id] = "ordering_key"
                 continue
             if job.critical:
                 if tick.critical.take(job.weight):
                     tick.take(job)
+                else:
+                    tick.held[job.id] = "concurrency"
                 continue
             tick.offer_normal(job)
         if tick.quotas is not None and tick.quotas.lend_unused:
             tick.lend()
-        return ThrottleResult(launch=tick.launch, reschedule=reschedule)
+        return ThrottleResult(launch=tick.launch, reschedule=reschedule, held=tick.held)
 
 
 class _Wrapped:

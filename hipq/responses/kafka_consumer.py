@@ -130,7 +130,7 @@ class ResponseParser:
         return Response(correlation_key=correlation_key, attempt=response.attempt,
                         status=response.status, retryable=response.retryable,
                         result=response.result, error=response.error,
-                        extend_seconds=response.extend_seconds, source="kafka",
+                        extend_seconds=response.seconds, source="kafka",
                         dedup_key=dedup_key(record))
 
     def _correlation_key(self, key: str | None, value: dict[str, Any],
@@ -158,7 +158,8 @@ class ResponseParser:
         raw = {"status": _get(value, f.status), "retryable": _get(value, f.retryable),
                "result": _get(value, f.result), "error": _get(value, f.error),
                "attempt": _get(value, f.attempt),
-               "extend_seconds": _get(value, f.extend_seconds)}
+               "extend_seconds": _get(value, f.extend_seconds),
+               "retry_after_seconds": _get(value, f.retry_after_seconds)}
         if raw["attempt"] is None and headers.get(ATTEMPT_HEADER):
             raw["attempt"] = headers[ATTEMPT_HEADER]
         if raw["status"] is None:
@@ -184,6 +185,10 @@ class _Fields(NamedTuple):
     result: Any
     error: Any
     extend_seconds: float | None
+
+    @property
+    def seconds(self) -> float | None:
+        return self.extend_seconds
 
 
 def _fast_fields(value: Mapping[str, Any], headers: Mapping[str, str],

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hipq.jobs import Attempt, Job, Ordering
 from hipq.store.records import (
+    Backoff,
     Change,
     InboxOutcome,
     InboxRow,
@@ -34,6 +35,7 @@ from hipq.store.records import (
     JobHistory,
     ListedResponse,
     QueueRecord,
+    QueueState,
     QueueStats,
     Response,
 )
@@ -155,6 +157,10 @@ class Store(Protocol):
         unknown keys are absent."""
 
     # -- the reconcile loop ------------------------------------------------------------
+
+    async def job_count_due(self, *, queue: str, now: datetime, limit: int) -> int:
+        """How many queued jobs of ``queue`` are due at ``now``, counted up to
+        ``limit`` (an index range of at most ``limit`` entries)."""
 
     async def job_fetch_due(self, *, queue: str, now: datetime, limit: int,
                             ordering: Ordering, critical_only: bool = False,
@@ -332,6 +338,25 @@ class Store(Protocol):
         """Remove ``owner`` from the live set (a graceful stop)."""
 
     # -- stats and housekeeping --------------------------------------------------------
+
+    # -- the partner's word (SPEC 15) ----------------------------------------------------
+
+    async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
+        """The partners' pauses of these queues (None: of every queue), including
+        those whose time has passed (readers compare ``until`` with their now)."""
+
+    async def backoff_replace(self, *, queue: str, backoffs: Sequence[Backoff]) -> None:
+        """The owner's pauses of ``queue``, all of them: any other row of it goes."""
+
+    async def backoff_clear(self, *, queue: str) -> int:
+        """End every pause of ``queue`` (a resume); how many there were."""
+
+    async def queue_state_list(self, *, queues: Sequence[str] | None = None
+                               ) -> dict[str, QueueState]:
+        """What the owners learned of these queues (None: of every queue)."""
+
+    async def queue_state_save(self, states: Sequence[QueueState]) -> None:
+        """Write these queue states (each whole), in one transaction."""
 
     async def queue_stats(self, *, now: datetime) -> list[QueueStats]:
         """Counts per queue (every queue, sorted by id), as of ``now``."""

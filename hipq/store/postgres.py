@@ -41,6 +41,7 @@ from hipq.store.history import LATE, history_of, late_values, try_of, within_lat
 from hipq.store.listing import listed_response
 from hipq.store.pgsql import SQL, insert_jobs_values, to_json
 from hipq.store.records import (
+    Backoff,
     Change,
     ChangeKind,
     InboxOutcome,
@@ -50,7 +51,9 @@ from hipq.store.records import (
     JobHistory,
     ListedResponse,
     QueueRecord,
+    QueueState,
     Response,
+    backoff_of,
 )
 from hipq.store.rows import (
     attempt_of,
@@ -64,6 +67,7 @@ from hipq.store.rows import (
     merged_into,
     merged_outcome,
     queue_record,
+    queue_state_of,
 )
 
 log = logging.getLogger(__name__)
@@ -348,6 +352,10 @@ class PostgresStore(StoreBase):
             name, values["excluding"] = f"due_{order}", list(shape.default_group_excluding or ())
         return jobs_from_rows(await self._fetch(name, **values))
 
+    async def job_count_due(self, *, queue: str, now: datetime, limit: int) -> int:
+        row = await self._fetchrow("count_due", queue=queue, now=now, limit=limit)
+        return int(row["n"])
+
     async def launch_events_recent(self, *, queue: str,
                                    since: datetime) -> dict[str, list[datetime]]:
         out: dict[str, list[datetime]] = {}
@@ -568,6 +576,39 @@ class PostgresStore(StoreBase):
     async def daemon_leave(self, *, owner: str) -> None:
         await self._execute("daemon_leave", owner=owner)
 
+    # -- the partner's word (SPEC 15) ----------------------------------------------------
+
+    async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
+        if queues is None:
+            return [backoff_of(r) for r in await self._fetch("backoff_all")]
+        return [backoff_of(r) for r in await self._fetch("backoff_list", queues=list(queues))]
+
+    async def backoff_replace(self, *, queue: str, backoffs: Sequence[Backoff]) -> None:
+        await self._execute("backoff_replace", queue=queue, scopes=[b.scope for b in backoffs],
+                            untils=[b.until for b in backoffs],
+                            reasons=[b.reason for b in backoffs],
+                            streaks=[b.streak for b in backoffs],
+                            sinces=[b.since for b in backoffs])
+
+    async def backoff_clear(self, *, queue: str) -> int:
+        return await self._execute("backoff_clear", queue=queue)
+
+    async def queue_state_list(self, *, queues: Sequence[str] | None = None
+                               ) -> dict[str, QueueState]:
+        rows = (await self._fetch("queue_state_all") if queues is None
+                else await self._fetch("queue_state_list", queues=list(queues)))
+        return {r["queue"]: queue_state_of(r) for r in rows}
+
+    async def queue_state_save(self, states: Sequence[QueueState]) -> None:
+        if not states:
+            return
+        await self._execute(
+            "queue_state_save", queues=[x.queue for x in states],
+            effectives=[x.effective for x in states], successes=[x.successes for x in states],
+            decreased_ats=[x.decreased_at for x in states],
+            helds=[to_json(x.held) for x in states], held_ats=[x.held_at for x in states],
+            totals=[x.throttled_total for x in states])
+
     # -- stats and housekeeping ----------------------------------------------------------
 
     async def _queue_counts(self, now: datetime) -> dict[str, QueueCounts]:
@@ -625,7 +666,9 @@ def _persist_calls(changes: Sequence[Change], owner: str,
                            "errors": [j(c.error) for c in batch],
                            "outcomes": [c.outcome or "unknown" for c in batch],
                            "responses": [j(c.response) for c in batch],
-                           "keys": [c.correlation_key for c in batch]}
+                           "keys": [c.correlation_key for c in batch],
+                           "backs": [1 if c.give_back else 0 for c in batch],
+                           "tokens": [c.token for c in batch]}
             else:
                 values["deadlines"] = [c.deadline for c in batch]
         statement = SQL[str(kind)]

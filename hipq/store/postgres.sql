@@ -365,6 +365,11 @@ WHERE j.queue = :queue AND j.status = 'queued' AND j.critical = true
            AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
 ORDER BY j.run_at, j.priority, j.id LIMIT :limit
 
+-- name: count_due
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM jobs WHERE queue = :queue AND status = 'queued' AND run_at <= :now
+    LIMIT :limit) AS due
+
 -- name: claim
 -- Step 4: lock the chosen rows that are still queued (skipping rows another
 -- transaction holds), then mark them running. :heartbeat_seconds may be NULL.
@@ -480,12 +485,15 @@ SELECT queue, id FROM ended
 -- name: requeue
 -- Step 3, retries: back to queued with a new run_at (and data, if the strategy
 -- changed it; NULL: unchanged), the try recorded under its correlation key, the
--- responses marked applied; returns what applied.
+-- responses marked applied; returns what applied. A throttled try is given back
+-- (back = 1: the attempt count returns to what it was) under a new token (NULL:
+-- kept), so that its signed callback URL and key complete no later try.
 WITH c AS (
     SELECT * FROM unnest(:queues::text[], :ids::text[], :attempts::int4[],
                          :run_ats::timestamptz[], :datas::text[], :errors::text[],
-                         :outcomes::text[], :responses::text[], :keys::text[])
-        AS c(queue, id, attempt, run_at, data, error, outcome, response, key)),
+                         :outcomes::text[], :responses::text[], :keys::text[],
+                         :backs::int4[], :tokens::text[])
+        AS c(queue, id, attempt, run_at, data, error, outcome, response, key, back, token)),
 hit AS (
     SELECT t.tid, b.* FROM c AS b
     CROSS JOIN LATERAL (
@@ -495,10 +503,11 @@ back AS (
     UPDATE jobs j SET status = 'queued', run_at = hit.run_at,
         data = COALESCE(hit.data::jsonb, j.data), error = hit.error::jsonb,
         updated_at = :now, owner = NULL, deadline = NULL, launch_confirmed = false,
-        correlation_key = CASE WHEN j.correlation_fixed THEN j.correlation_key END
+        correlation_key = CASE WHEN j.correlation_fixed THEN j.correlation_key END,
+        attempt = j.attempt - hit.back, token = COALESCE(hit.token, j.token)
     FROM hit WHERE j.ctid = hit.tid AND j.ctid = ANY(ARRAY(SELECT tid FROM hit))
-    RETURNING j.queue, j.id, j.attempt, j.launched_at, hit.error, hit.outcome, hit.response,
-              hit.key),
+    RETURNING j.queue, j.id, hit.attempt AS attempt, j.launched_at, hit.error, hit.outcome,
+              hit.response, hit.key),
 tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
@@ -741,6 +750,53 @@ ORDER BY owner
 
 -- name: daemon_leave
 DELETE FROM daemons WHERE owner = :owner
+
+-- -- the partner's word (SPEC 15) ------------------------------------------------------
+
+-- name: backoff_list
+SELECT queue, scope, until, reason, streak, since FROM queue_backoffs
+WHERE queue = ANY(:queues::text[]) ORDER BY queue, scope
+
+-- name: backoff_all
+SELECT queue, scope, until, reason, streak, since FROM queue_backoffs ORDER BY queue, scope
+
+-- name: backoff_replace
+-- The owner's pauses of one queue, all of them: the rows not given are deleted.
+WITH gone AS (DELETE FROM queue_backoffs WHERE queue = :queue
+              AND NOT (scope = ANY(:scopes::text[])))
+INSERT INTO queue_backoffs (queue, scope, until, reason, streak, since)
+SELECT :queue::text, u.scope, u.until, u.reason, u.streak, u.since
+FROM unnest(:scopes::text[], :untils::timestamptz[], :reasons::text[], :streaks::int4[],
+            :sinces::timestamptz[]) AS u(scope, until, reason, streak, since)
+ON CONFLICT (queue, scope) DO UPDATE SET until = excluded.until, reason = excluded.reason,
+    streak = excluded.streak, since = excluded.since
+
+-- name: backoff_clear
+DELETE FROM queue_backoffs WHERE queue = :queue
+
+-- name: queue_state_list
+SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
+       throttled_total
+FROM queue_state WHERE queue = ANY(:queues::text[])
+
+-- name: queue_state_all
+SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
+       throttled_total
+FROM queue_state
+
+-- name: queue_state_save
+INSERT INTO queue_state (queue, effective, successes, decreased_at, held, held_at,
+                         throttled_total)
+SELECT u.queue, u.effective, u.successes, u.decreased_at, u.held::jsonb, u.held_at,
+       u.throttled_total
+FROM unnest(:queues::text[], :effectives::float8[], :successes::int4[],
+            :decreased_ats::timestamptz[], :helds::text[], :held_ats::timestamptz[],
+            :totals::int8[])
+    AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total)
+ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
+    successes = excluded.successes, decreased_at = excluded.decreased_at,
+    held = excluded.held, held_at = excluded.held_at,
+    throttled_total = excluded.throttled_total
 
 -- -- stats and housekeeping ----------------------------------------------------------
 

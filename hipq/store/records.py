@@ -60,7 +60,7 @@ class Response:
     retryable: bool | None = None
     result: Any = None
     error: Any = None
-    extend_seconds: float | None = None
+    extend_seconds: float | None = None  # a heartbeat's; a throttled answer's retry_after
     source: str = "api"
     dedup_key: str | None = None
     token: str | None = None  # a signed callback's job: applies to no other job
@@ -134,6 +134,55 @@ class Change:
     launched_at: datetime | None = None
     correlation_key: str | None = None
     inbox_ids: tuple[int, ...] = ()  # responses applied by this change, marked with it
+    give_back: bool = False  # REQUEUE of a throttled try: the attempt is not spent
+    token: str | None = None  # REQUEUE: the job's new token (a throttled try's give-back)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """A partner's pause of one scope of a queue (SPEC 15): the whole queue
+    (``group`` None) or the jobs whose backoff field has the value ``group``.
+    ``streak``: throttled tries in a row of the scope (the back-off doubles with
+    it); ``since``: when the pause (or its last extension) began."""
+
+    queue: str
+    group: str | None
+    until: datetime
+    reason: str
+    streak: int = 1
+    since: datetime
+
+    @property
+    def scope(self) -> str:
+        """The stored form of the scope: "" for the queue, "=" and the value."""
+        return "" if self.group is None else "=" + self.group
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "until": self.until.isoformat().replace("+00:00", "Z"),
+                "reason": self.reason}
+
+
+def backoff_of(row: Any) -> Backoff:
+    scope = row["scope"]
+    return Backoff(queue=row["queue"], group=None if scope == "" else scope[1:],
+                   until=row["until"], reason=row["reason"], streak=row["streak"],
+                   since=row["since"])
+
+
+@dataclass(slots=True, kw_only=True)
+class QueueState:
+    """What the owner of a queue learned of it (SPEC 15): the adaptive limit
+    (``effective``; None: the configured one), successes since its last change,
+    the time of its last decrease, the due jobs held back at its last tick by reason,
+    and its throttled tries in all."""
+
+    queue: str
+    effective: float | None = None
+    successes: int = 0
+    decreased_at: datetime | None = None
+    held: dict[str, int] | None = None
+    held_at: datetime | None = None
+    throttled_total: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

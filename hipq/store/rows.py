@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -10,7 +11,13 @@ from typing import Any
 from hipq.config import QueueConfig
 from hipq.jobs import Attempt, Job, row_reader
 from hipq.store import schema as s
-from hipq.store.records import InboxRow, InsertOutcome, InsertStatus, QueueRecord
+from hipq.store.records import (
+    InboxRow,
+    InsertOutcome,
+    InsertStatus,
+    QueueRecord,
+    QueueState,
+)
 
 JOB_COLUMNS = [c.name for c in s.jobs.columns]
 INSERT_CHUNK = 500  # rows per generic statement (stays under bind-parameter limits)
@@ -128,3 +135,19 @@ def attempt_of(r: Any, *, response: bool = True) -> Attempt:
     return Attempt(attempt=r["attempt"], launched_at=r["launched_at"],
                    finished_at=r["finished_at"], outcome=r["outcome"], error=r["error"],
                    response=r["response"] if response else None)
+
+
+def queue_state_of(r: Any) -> QueueState:
+    """A QueueState from a row of ``queue_state`` (``held`` as JSON text or parsed)."""
+    held = r["held"]
+    if isinstance(held, str):
+        held = json.loads(held)
+    return QueueState(queue=r["queue"], effective=r["effective"], successes=r["successes"],
+                      decreased_at=r["decreased_at"], held=held, held_at=r["held_at"],
+                      throttled_total=r["throttled_total"])
+
+
+def queue_state_values(state: QueueState) -> dict[str, Any]:
+    return {"queue": state.queue, "effective": state.effective, "successes": state.successes,
+            "decreased_at": state.decreased_at, "held": state.held, "held_at": state.held_at,
+            "throttled_total": state.throttled_total}

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Dialect
 from hipq.clock import utc
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 5  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 6  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +274,33 @@ daemons = sa.Table(
     sa.Column("started_at", UTCDateTime, nullable=False),
     sa.Column("heartbeat_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# A partner's pause (SPEC 15): one row per paused scope of a queue; ``scope`` is ""
+# for the whole queue, else "=" and the group's value. Written by the queue's owner,
+# read by every daemon (and by the next owner).
+queue_backoffs = sa.Table(
+    "queue_backoffs", metadata,
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("scope", sa.Text, nullable=False),
+    sa.Column("until", UTCDateTime, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("streak", sa.Integer, nullable=False),
+    sa.Column("since", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("queue", "scope", name="queue_backoffs_pkey"),
+)
+
+# What the owner of a queue learned of it (SPEC 15): the adaptive limit, the due jobs
+# it held back at its last tick by reason, its throttled tries; every daemon serves it.
+queue_state = sa.Table(
+    "queue_state", metadata,
+    sa.Column("queue", sa.Text, primary_key=True),
+    sa.Column("effective", sa.Float),
+    sa.Column("successes", sa.Integer, nullable=False),
+    sa.Column("decreased_at", UTCDateTime),
+    sa.Column("held", JSON),
+    sa.Column("held_at", UTCDateTime),
+    sa.Column("throttled_total", BigId, nullable=False),
 )
 
 meta = sa.Table(

@@ -29,13 +29,16 @@ from hipq.store import schema as s
 from hipq.store.common import VERSION_KEY, JobKey
 from hipq.store.history import LATE, late_values, try_of, within_late_bound
 from hipq.store.records import (
+    Backoff,
     Change,
     ChangeKind,
     InboxOutcome,
     InboxRow,
     InsertOutcome,
     InsertStatus,
+    QueueState,
     Response,
+    backoff_of,
 )
 from hipq.store.rows import (
     INSERT_CHUNK,
@@ -47,6 +50,8 @@ from hipq.store.rows import (
     job_values,
     merged_into,
     merged_outcome,
+    queue_state_of,
+    queue_state_values,
 )
 from hipq.store.sqlite_reads import SQLiteReads, stored_jobs, stored_version
 
@@ -300,7 +305,10 @@ class SQLiteStore(SQLiteReads):
             "error": sa.bindparam("b_error", type_=s.JSON), "updated_at": now, "owner": None,
             "deadline": None, "launch_confirmed": False,
             "correlation_key": sa.case((t.c.correlation_fixed == sa.true(), t.c.correlation_key),
-                                       else_=sa.null())}
+                                       else_=sa.null()),
+            # a throttled try is given back (its attempt not spent) under a new token
+            "attempt": t.c.attempt - sa.bindparam("b_back", type_=sa.Integer),
+            "token": sa.func.coalesce(sa.bindparam("b_token", type_=sa.Text), t.c.token)}
         where = (t.c.queue == sa.bindparam("b_queue"), t.c.id == sa.bindparam("b_id"),
                  t.c.status == s.RUNNING, t.c.owner == owner)
         same_data = [c for c in changes if c.data is None]
@@ -515,6 +523,50 @@ class SQLiteStore(SQLiteReads):
         async with self._tx() as conn:
             await conn.execute(s.daemons.delete().where(s.daemons.c.owner == owner))
 
+    # -- the partner's word (SPEC 15) ----------------------------------------------------
+
+    async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
+        t = s.queue_backoffs
+        stmt = sa.select(t).order_by(t.c.queue, t.c.scope)
+        if queues is not None:
+            stmt = stmt.where(t.c.queue.in_(list(queues)))
+        async with self._tx() as conn:
+            return [backoff_of(r._mapping) for r in await conn.execute(stmt)]
+
+    async def backoff_replace(self, *, queue: str, backoffs: Sequence[Backoff]) -> None:
+        t = s.queue_backoffs
+        async with self._tx() as conn:
+            await conn.execute(t.delete().where(t.c.queue == queue))
+            if backoffs:
+                await conn.execute(t.insert(), [
+                    {"queue": queue, "scope": b.scope, "until": b.until, "reason": b.reason,
+                     "streak": b.streak, "since": b.since} for b in backoffs])
+
+    async def backoff_clear(self, *, queue: str) -> int:
+        t = s.queue_backoffs
+        async with self._tx() as conn:
+            return (await conn.execute(t.delete().where(t.c.queue == queue))).rowcount
+
+    async def queue_state_list(self, *, queues: Sequence[str] | None = None
+                               ) -> dict[str, QueueState]:
+        t = s.queue_state
+        stmt = sa.select(t)
+        if queues is not None:
+            stmt = stmt.where(t.c.queue.in_(list(queues)))
+        async with self._tx() as conn:
+            return {r.queue: queue_state_of(r._mapping) for r in await conn.execute(stmt)}
+
+    async def queue_state_save(self, states: Sequence[QueueState]) -> None:
+        if not states:
+            return
+        t = s.queue_state
+        stmt = insert(t)
+        stmt = stmt.on_conflict_do_update(index_elements=[t.c.queue], set_={
+            c: stmt.excluded[c] for c in ("effective", "successes", "decreased_at", "held",
+                                          "held_at", "throttled_total")})
+        async with self._tx() as conn:
+            await conn.execute(stmt, [queue_state_values(state) for state in states])
+
     # -- housekeeping --------------------------------------------------------------------
 
     async def archive_prune(self, *, before: datetime, limit: int) -> int:
@@ -549,7 +601,8 @@ def statements(script: str) -> Iterator[str]:
 
 def _requeue_params(change: Change) -> dict[str, Any]:
     return {"b_queue": change.queue, "b_id": change.id, "b_run_at": change.run_at,
-            "b_error": change.error}
+            "b_error": change.error, "b_back": 1 if change.give_back else 0,
+            "b_token": change.token}
 
 
 def create_engine(url: str) -> AsyncEngine:

@@ -150,6 +150,14 @@ class SQLiteReads(StoreBase):
             rows = await conn.execute(sa.select(t).where(t.c.correlation_key.in_(list(keys))))
             return {r.correlation_key: job_from_row(r._mapping) for r in rows}
 
+    async def job_count_due(self, *, queue: str, now: datetime, limit: int) -> int:
+        t = s.jobs
+        due = (sa.select(sa.literal(1)).where(t.c.queue == queue, t.c.status == s.QUEUED,
+                                              t.c.run_at <= now).limit(limit).subquery())
+        async with self._tx() as conn:
+            return int((await conn.execute(sa.select(sa.func.count()).select_from(due)))
+                       .scalar_one())
+
     async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
         async with self._tx() as conn:
             return [job_from_row(r._mapping)

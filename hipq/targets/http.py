@@ -9,18 +9,25 @@ How answers map to outcomes:
 * ``callback`` mode: 2xx means accepted (the launch is confirmed; the outcome
   arrives later at ``callback_url``);
 * ``sync`` mode: 2xx means succeeded, the body (JSON, else text) is the result;
-* both modes: 4xx fails the job without retry, except 408 and 429; 5xx and 408/429
-  are retryable failures (kind ``http_status``, with the status and the start of
-  the body recorded on the try); a connection error is a retryable ``transport``
+* both modes: 429, and 503 with ``Retry-After``, are the partner's "not now": the
+  try ends ``throttled`` (given back, its scope paused: SPEC 15) with the time the
+  partner gave (``Retry-After`` in seconds or as an HTTP date, else
+  ``RateLimit-Reset`` / ``X-RateLimit-Reset``: seconds, or an epoch time when
+  larger than a year); other 4xx fail the job without retry, except 408; 5xx and
+  408 are retryable failures (kind ``http_status``, with the status and the start
+  of the body recorded on the try); a connection error is a retryable ``transport``
   failure; no answer within ``timeout_seconds`` is a ``timeout`` (its outcome is
-  unknown, so an ``at_most_once`` queue does not retry it).
+  unknown, so an ``at_most_once`` queue does not retry it);
+* a 2xx that says the partner's budget is spent (``RateLimit-Remaining: 0`` or
+  ``X-RateLimit-Remaining: 0``, or ``RateLimit: ...remaining=0`` / ``r=0``, with a
+  reset) carries ``spent`` (the reset): the scope pauses until then, before the
+  partner has to refuse anything.
 
 Hostile downstreams: at most :data:`MAX_ANSWER_BYTES` of an answer are read (and
 kept); redirects are not followed (a 3xx is a retryable failure); NUL characters
-and non-finite numbers in an answer never reach the store. A 429 or 503 with
-``Retry-After`` (seconds, or an HTTP date) puts ``retry_after`` (seconds as a
-number, or an ISO 8601 time) in the try's error data; ``hipq.retry.decide`` then
-waits at least that long before the next try.
+and non-finite numbers in an answer never reach the store. The partner's time
+goes in the try's error data as ``retry_after`` (seconds as a number, or an ISO 8601
+time); the engine caps it (``hipq.retry.MAX_RETRY_AFTER_SECONDS``).
 
 All targets of a daemon share one :class:`HttpClient`, whose keep-alive
 connections are :mod:`hipq.targets.http_pool`'s (at most :data:`CONNECTION_LIMIT`
@@ -38,7 +45,7 @@ import asyncio
 import base64
 import json
 import ssl
-from datetime import UTC
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
@@ -48,7 +55,7 @@ from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
 from hipq.responses.signing import Signer
 from hipq.targets.http_pool import Answer, Endpoint, HttpPool, HttpTransportError, header_block
-from hipq.targets.interface import ACCEPTED, Completed, LaunchOutcome
+from hipq.targets.interface import ACCEPTED, Accepted, Completed, LaunchOutcome
 from hipq.values import json_problem
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
@@ -59,6 +66,7 @@ BODY_EXCERPT = 2000  # characters of a failing answer kept on the try
 RETRYABLE_4XX = frozenset({408, 429})
 MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
 RETRY_AFTER_STATUSES = frozenset({429, 503})
+EPOCH_AFTER_SECONDS = 365 * 86400.0  # a reset larger than this is an epoch time
 
 
 class HttpClient:
@@ -153,8 +161,8 @@ class HttpTarget:
         except HttpTransportError as exc:
             raise TransientLaunchError(f"{exc}"[:BODY_EXCERPT],
                                        kind=ErrorKind.TRANSPORT) from None
-        outcome = self._outcome(answer.status, answer.content_type, answer_text(answer))
-        return with_retry_after(outcome, answer)
+        return partner_outcome(self._outcome(answer.status, answer.content_type,
+                                             answer_text(answer)), answer, target)
 
     async def _post(self, pool: HttpPool, target: Endpoint, headers: bytes,
                     body: bytes) -> Answer:
@@ -232,12 +240,85 @@ def retry_after(answer: Answer) -> float | str | None:
         return None
 
 
-def with_retry_after(outcome: LaunchOutcome, answer: Answer) -> LaunchOutcome:
+def _seconds_or_epoch(raw: str) -> float | str | None:
+    """A reset: whole or decimal seconds from now, or an epoch time (ISO) when larger
+    than a year; None if not a number."""
+    raw = raw.strip()
+    try:
+        value = float(raw[:20])
+    except ValueError:
+        return None
+    if not value >= 0 or value == float("inf"):
+        return None
+    if value > EPOCH_AFTER_SECONDS:
+        try:
+            return datetime.fromtimestamp(value, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            return None
+    return value
+
+
+def _structured(header: str) -> dict[str, str]:
+    """The parameters of a ``RateLimit`` header (``limit=10, remaining=0, reset=3``
+    or ``"policy";r=0;t=3``), lower-cased names."""
+    out: dict[str, str] = {}
+    for part in header.replace(";", ",").split(","):
+        name, eq, value = part.partition("=")
+        if eq:
+            out.setdefault(name.strip().lower(), value.strip().strip('"'))
+    return out
+
+
+def budget(answer: Answer) -> tuple[str | None, str | None]:
+    """(remaining, reset) as the answer's rate-limit headers give them."""
+    h = answer.headers
+    remaining = h.get("ratelimit-remaining") or h.get("x-ratelimit-remaining")
+    reset = h.get("ratelimit-reset") or h.get("x-ratelimit-reset")
+    if (remaining is None or reset is None) and "ratelimit" in h:
+        params = _structured(h["ratelimit"])
+        remaining = remaining or params.get("remaining") or params.get("r")
+        reset = reset or params.get("reset") or params.get("t")
+    return remaining, reset
+
+
+def partner_time(answer: Answer) -> float | str | None:
+    """When the partner says to come back: ``Retry-After``, else the rate-limit
+    reset."""
     after = retry_after(answer)
-    if after is None or not isinstance(outcome, Completed) or outcome.status != "failed":
-        return outcome
-    return Completed(status="failed", retryable=outcome.retryable, kind=outcome.kind,
-                     error={**(outcome.error or {}), "retry_after": after})
+    if after is None:
+        _, reset = budget(answer)
+        after = None if reset is None else _seconds_or_epoch(reset)
+    return after
+
+
+def is_throttled(answer: Answer) -> bool:
+    """429, or 503 with ``Retry-After``: the partner's "not now"."""
+    return answer.status == 429 or (answer.status == 503 and "retry-after" in answer.headers)
+
+
+def partner_outcome(outcome: LaunchOutcome, answer: Answer,
+                    target: Endpoint) -> LaunchOutcome:
+    """The outcome as the partner's word changes it: a throttled try, or a success
+    that says the budget is spent (SPEC 15)."""
+    if is_throttled(answer):
+        detail = f"HTTP {answer.status} from {target.origin[0]}://{target.host_header}"
+        error: dict[str, Any] = {"detail": detail, "status": answer.status,
+                                 "body": answer_text(answer)[:BODY_EXCERPT]}
+        after = partner_time(answer)
+        if after is not None:
+            error["retry_after"] = after
+        return Completed(status="throttled", kind=ErrorKind.THROTTLED, error=error)
+    if 200 <= answer.status < 300:
+        remaining, reset = budget(answer)
+        if remaining is not None and reset is not None and remaining.strip() == "0":
+            spent = _seconds_or_epoch(reset)
+            if spent is not None:
+                if isinstance(outcome, Completed):
+                    return Completed(status=outcome.status, result=outcome.result,
+                                     error=outcome.error, retryable=outcome.retryable,
+                                     kind=outcome.kind, spent=spent)
+                return Accepted(spent=spent)
+    return outcome
 
 
 def _parse(content_type: str, text: str) -> Any:

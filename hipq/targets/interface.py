@@ -24,17 +24,28 @@ from hipq.jobs import Job
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The target has the job; the outcome comes later as a response."""
+    """The target has the job; the outcome comes later as a response.
+
+    ``spent``: the partner said its budget is spent (``RateLimit-Remaining: 0``),
+    until this time (seconds from now, or an aware ISO 8601 time): the scope pauses
+    until then (SPEC 15)."""
+
+    spent: float | str | None = None
 
 
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Completed:
-    status: str = "succeeded"  # succeeded | failed
+    """The outcome, known at once. ``status`` ``throttled`` is the partner's "not
+    now" (its ``error`` may carry ``retry_after``); ``spent`` as on
+    :class:`Accepted`."""
+
+    status: str = "succeeded"  # succeeded | failed | throttled
     result: Any = None
     error: Any = None
     retryable: bool | None = None
     kind: str = "response_failed"
+    spent: float | str | None = None
 
 
 LaunchOutcome = Accepted | Completed

@@ -117,6 +117,7 @@ async def test_a_late_answer_counts_until_a_window_after_it(h: Harness) -> None:
     assert recent[""] == [h.clock.now() - timedelta(seconds=50)] * 2  # j0, j2 at 70 s
     h.clock.advance(10)
     assert (await h.reconciler.run_once()).launched == 2  # t=130
+    await h.reconciler.drain()
 
 
 async def test_an_adopter_counts_the_dead_owners_launches_from_the_adoption(

@@ -1,0 +1,270 @@
+"""The partner's word (SPEC 15): what the owner of a queue learned from the partner
+it launches to, kept in memory for the tick and in the database for every daemon.
+
+Per held queue:
+
+* **pauses**, one per scope (the whole queue, or one group: the value at
+  ``backoff.field``): a throttled try pauses its scope until the time the partner
+  gave, else ``backoff.initial_seconds`` doubling per throttled try in a row of the
+  scope (a *streak*), up to ``backoff.max_seconds``; a success that says the
+  budget is spent pauses it until the reset. A try counts in the streak only if it
+  was launched after the scope's pause began (strictly): the tries already in flight
+  when the partner first said "not now" say it again without doubling anything. A
+  success of the scope once its pause has passed ends the streak.
+* **the adaptive limit** (``adaptive``): AIMD on the effective concurrency. A
+  throttled or timed-out try multiplies it by ``decrease`` (not below ``min``),
+  once per round: only a try launched after the last decrease lowers it again (the
+  burst of refusals of one round counts once, as TCP decreases once per round
+  trip); ``increase_every`` successes add one, never above ``concurrency``.
+* **held counts**: the due jobs the last tick held back, by reason.
+
+Loaded when a queue is gained or its record changes (a resume clears its pauses in
+the database and touches the record); written when they change (held counts at
+most once a second). Everything here is O(what the tick looked at).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from hipq.retry import partner_time
+from hipq.spec import QueueSpec
+from hipq.store import QueueRecord, Store
+from hipq.store.records import Backoff, QueueState
+
+BUDGET_SPENT = "budget spent"
+HELD_SAVE_EVERY = timedelta(seconds=1)  # held counts are written at most this often
+FORGET_AFTER = timedelta(minutes=10)  # a passed pause's streak is forgotten after this
+MAX_SCOPES = 10_000  # pauses kept per queue (group scopes): the oldest passed ones go
+
+
+class PartnerWord:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._pauses: dict[str, dict[str | None, Backoff]] = {}
+        self._states: dict[str, QueueState] = {}
+        self._loaded: dict[str, datetime] = {}  # queue -> its record's updated_at
+        self._dirty_pauses: set[str] = set()
+        self._dirty_states: set[str] = set()
+        self._held_saved: dict[str, datetime] = {}
+        self._held_pending: set[str] = set()
+        self._counted: dict[str, datetime] = {}  # queue -> last count of held jobs
+
+    # -- loading and saving ----------------------------------------------------------
+
+    async def refresh(self, held: Collection[str], queues: Mapping[str, QueueRecord]) -> None:
+        """Forget queues no longer held; load those gained or whose record changed."""
+        for queue in [q for q in self._loaded if q not in held]:
+            self.forget(queue)
+        stale = [q for q in sorted(held)
+                 if q in queues and self._loaded.get(q) != queues[q].updated_at]
+        if not stale:
+            return
+        pauses = await self.store.backoff_list(queues=stale)
+        states = await self.store.queue_state_list(queues=stale)
+        for queue in stale:
+            self._loaded[queue] = queues[queue].updated_at
+            self._pauses[queue] = {}
+            self._states[queue] = states.get(queue) or QueueState(queue=queue)
+            self._dirty_pauses.discard(queue)
+            self._dirty_states.discard(queue)
+        for pause in pauses:
+            self._pauses[pause.queue][pause.group] = pause
+
+    def forget(self, queue: str) -> None:
+        for table in (self._pauses, self._states, self._loaded, self._held_saved,
+                      self._counted):
+            table.pop(queue, None)
+        for marks in (self._dirty_pauses, self._dirty_states, self._held_pending):
+            marks.discard(queue)
+
+    async def save(self, now: datetime) -> None:
+        """Write what changed: pauses of a queue whole, states in one statement."""
+        for queue in sorted(self._dirty_pauses):
+            pauses = self._pauses.get(queue)
+            if pauses is None:
+                continue
+            self._prune(pauses, now)
+            await self.store.backoff_replace(queue=queue, backoffs=list(pauses.values()))
+        self._dirty_pauses.clear()
+        for queue in list(self._held_pending):
+            if now - self._held_saved.get(queue, datetime.min.replace(tzinfo=now.tzinfo)) \
+                    >= HELD_SAVE_EVERY:
+                self._held_pending.discard(queue)
+                self._held_saved[queue] = now
+                self._dirty_states.add(queue)
+        states = [self._states[q] for q in sorted(self._dirty_states) if q in self._states]
+        self._dirty_states.clear()
+        await self.store.queue_state_save(states)
+
+    @staticmethod
+    def _prune(pauses: dict[str | None, Backoff], now: datetime) -> None:
+        for key in [k for k, b in pauses.items() if b.until < now - FORGET_AFTER]:
+            del pauses[key]
+        if len(pauses) > MAX_SCOPES:
+            for key in sorted(pauses, key=lambda k: pauses[k].until)[:len(pauses) - MAX_SCOPES]:
+                del pauses[key]
+
+    def _state(self, queue: str) -> QueueState:
+        state = self._states.get(queue)
+        if state is None:
+            state = self._states[queue] = QueueState(queue=queue)
+        return state
+
+    # -- pauses --------------------------------------------------------------------------
+
+    @staticmethod
+    def scope_of(spec: QueueSpec, value: str | None) -> str | None:
+        """The scope a job's try belongs to: None (the queue) or its group's value."""
+        if spec.backoff.scope != "group":
+            return None
+        return "" if value is None else value
+
+    def queue_pause(self, queue: str, now: datetime) -> Backoff | None:
+        """The queue-wide pause in force, if any."""
+        pauses = self._pauses.get(queue)
+        pause = None if not pauses else pauses.get(None)
+        return pause if pause is not None and pause.until > now else None
+
+    def group_pauses(self, queue: str, now: datetime) -> dict[str, Backoff]:
+        """The group pauses in force, by value."""
+        pauses = self._pauses.get(queue)
+        if not pauses:
+            return {}
+        return {k: b for k, b in pauses.items() if k is not None and b.until > now}
+
+    def has_pauses(self, queue: str) -> bool:
+        """Whether the queue has pauses (in force, or passed with their streak)."""
+        return bool(self._pauses.get(queue))
+
+    def may_count(self, queue: str, now: datetime) -> bool:
+        """Whether a count of held jobs is due (at most once a second per queue)."""
+        last = self._counted.get(queue)
+        if last is not None and now - last < HELD_SAVE_EVERY:
+            return False
+        self._counted[queue] = now
+        return True
+
+    def active(self, queue: str, now: datetime) -> list[Backoff]:
+        pauses = self._pauses.get(queue)
+        return [] if not pauses else [b for b in pauses.values() if b.until > now]
+
+    def next_end(self, queues: Collection[str], now: datetime) -> datetime | None:
+        """The earliest end of a pause in force (a tick is due then)."""
+        ends = [b.until for q in queues for b in self._pauses.get(q, {}).values()
+                if b.until > now]
+        return min(ends) if ends else None
+
+    def throttled(self, spec: QueueSpec, scope: str | None, launched_at: datetime | None,
+                  partner: Any, reason: str, now: datetime) -> datetime:
+        """A throttled try of ``scope``: pause it; the time the pause ends."""
+        pauses = self._pauses.setdefault(spec.id, {})
+        old = pauses.get(scope)
+        new_round = old is None or launched_at is None or launched_at > old.since
+        streak = (1 if old is None else old.streak + 1) if new_round else old.streak  # type: ignore[union-attr]
+        until = partner_time(partner, now)
+        if until is None:
+            backoff = spec.backoff
+            seconds = min(backoff.initial_seconds * 2.0 ** min(max(streak - 1, 0), 60),
+                          backoff.max_seconds)
+            until = now + timedelta(seconds=seconds)
+        if old is not None and old.until > until:
+            until = old.until
+        since = now if new_round or old is None else old.since
+        pauses[scope] = Backoff(queue=spec.id, group=scope, until=until, reason=reason,
+                                streak=max(streak, 1), since=since)
+        self._dirty_pauses.add(spec.id)
+        state = self._state(spec.id)
+        state.throttled_total += 1
+        self._dirty_states.add(spec.id)
+        self.slow_down(spec, launched_at, now)
+        return until
+
+    def spent(self, spec: QueueSpec, scope: str | None, partner: Any, now: datetime) -> None:
+        """A success that says the budget is spent until the reset: pause till then."""
+        until = partner_time(partner, now)
+        if until is None or until <= now:
+            return
+        pauses = self._pauses.setdefault(spec.id, {})
+        old = pauses.get(scope)
+        if old is not None and old.until >= until:
+            return
+        pauses[scope] = Backoff(queue=spec.id, group=scope, until=until, reason=BUDGET_SPENT,
+                                streak=0 if old is None else old.streak, since=now)
+        self._dirty_pauses.add(spec.id)
+
+    def succeeded(self, spec: QueueSpec, scope: str | None, now: datetime) -> None:
+        """A try of ``scope`` succeeded: a passed pause's streak ends; AIMD grows."""
+        pauses = self._pauses.get(spec.id)
+        if pauses:
+            old = pauses.get(scope)
+            if old is not None and old.until <= now:
+                del pauses[scope]
+                self._dirty_pauses.add(spec.id)
+        adaptive, concurrency = spec.adaptive, spec.concurrency
+        if adaptive is None or concurrency is None:
+            return
+        state = self._state(spec.id)
+        if state.effective is None or state.effective >= concurrency:
+            return
+        state.successes += 1
+        if state.successes >= adaptive.increase_every:
+            state.effective = min(float(concurrency), state.effective + 1.0)
+            state.successes = 0
+        self._dirty_states.add(spec.id)
+
+    def slow_down(self, spec: QueueSpec, launched_at: datetime | None, now: datetime) -> None:
+        """A throttled or timed-out try: the adaptive limit decreases, once a round."""
+        adaptive, concurrency = spec.adaptive, spec.concurrency
+        if adaptive is None or concurrency is None:
+            return
+        state = self._state(spec.id)
+        if state.decreased_at is not None and (launched_at is None
+                                               or launched_at <= state.decreased_at):
+            return  # launched before the last decrease: that round already counted
+        current = float(concurrency) if state.effective is None else state.effective
+        state.effective = max(float(adaptive.min), min(current, concurrency) * adaptive.decrease)
+        state.successes = 0
+        state.decreased_at = now
+        self._dirty_states.add(spec.id)
+
+    # -- the adaptive limit ----------------------------------------------------------------
+
+    def effective(self, spec: QueueSpec) -> int | None:
+        """The concurrency in force: the adaptive limit (whole units), else the
+        configured one."""
+        concurrency = spec.concurrency
+        if spec.adaptive is None or concurrency is None:
+            return concurrency
+        state = self._states.get(spec.id)
+        if state is None or state.effective is None:
+            return concurrency
+        return max(spec.adaptive.min, min(concurrency, math.floor(state.effective + 1e-9)))
+
+    def in_force(self, spec: QueueSpec) -> QueueSpec:
+        """``spec`` with the adaptive limit as its concurrency (the same object when
+        nothing adapts)."""
+        effective = self.effective(spec)
+        if effective == spec.concurrency:
+            return spec
+        return replace(spec, concurrency=effective)
+
+    # -- held counts -------------------------------------------------------------------------
+
+    def held(self, queue: str, counts: dict[str, int]) -> None:
+        """The due jobs the tick held back, by reason (written at most once a second)."""
+        state = self._state(queue)
+        if (state.held or {}) != counts:
+            state.held = counts or None
+            state.held_at = None
+            self._held_pending.add(queue)
+
+    def stamp_held(self, now: datetime) -> None:
+        for queue in self._held_pending:
+            state = self._states.get(queue)
+            if state is not None and state.held_at is None:
+                state.held_at = now
