@@ -11,7 +11,8 @@ one while it lives. It waits for a request, then runs a tick:
 * a request made while a tick runs makes one more tick after it; a tick that
   launched a full batch asks for the next at once (more is due);
 * :meth:`~TickDriver.due_in` runs one after a delay (a partner's pause ends then);
-  the earliest such request wins.
+  the earliest such request wins. It is a timer of the event loop, in real time
+  (a test's clock, moved by hand, must not move itself when it is waited on).
 
 Requests never pile up: any number of them before a tick starts make one tick.
 :meth:`~TickDriver.stop` lets the tick in progress finish (a tick cut short could
@@ -39,8 +40,7 @@ class TickDriver:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
-        self._timer: asyncio.Task[None] | None = None
-        self._timer_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.running = False  # a tick is in progress
 
     def start(self) -> None:
@@ -57,21 +57,16 @@ class TickDriver:
         self._requested.set()
 
     def due_in(self, seconds: float) -> None:
-        """Run a tick in ``seconds`` (on the injected clock)."""
+        """Run a tick in ``seconds`` (an event loop timer)."""
         if self._stopping:
             return
-        at = self._clock.monotonic() + seconds
+        loop = asyncio.get_running_loop()
         timer = self._timer
-        if timer is not None and not timer.done():
-            if self._timer_at <= at:
+        if timer is not None and not timer.cancelled() and timer.when() > loop.time():
+            if timer.when() <= loop.time() + seconds:
                 return
             timer.cancel()
-        self._timer_at = at
-        self._timer = asyncio.create_task(self._later(seconds), name="hipq-tick-timer")
-
-    async def _later(self, seconds: float) -> None:
-        await self._clock.sleep(seconds)
-        self.due()
+        self._timer = loop.call_later(seconds, self.due)
 
     async def tick_now(self) -> None:
         """Ask for a tick and wait until one that started after this call ended."""

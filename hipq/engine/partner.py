@@ -5,7 +5,8 @@ Per held queue:
 
 * **pauses**, one per scope (the whole queue, or one group: the value at
   ``backoff.field``): a throttled try pauses its scope until the time the partner
-  gave, else ``backoff.initial_seconds`` doubling per throttled try in a row of the
+  gave (never sooner than ``backoff.initial_seconds``), else
+  ``backoff.initial_seconds`` doubling per throttled try in a row of the
   scope (a *streak*), up to ``backoff.max_seconds``; a success that says the
   budget is spent pauses it until the reset. A try counts in the streak only if it
   was launched after the scope's pause began (strictly): the tries already in flight
@@ -40,6 +41,17 @@ BUDGET_SPENT = "budget spent"
 HELD_SAVE_EVERY = timedelta(seconds=1)  # held counts are written at most this often
 FORGET_AFTER = timedelta(minutes=10)  # a passed pause's streak is forgotten after this
 MAX_SCOPES = 10_000  # pauses kept per queue (group scopes): the oldest passed ones go
+
+
+def effective_limit(concurrency: int | None, adaptive_min: int | None,
+                    learned: float | None) -> int | None:
+    """The concurrency in force (SPEC 15): the adaptive limit ``learned`` in whole
+    units, kept between ``adaptive_min`` and ``concurrency``; the configured
+    ``concurrency`` when the queue does not adapt (``adaptive_min`` None) or nothing
+    was learned yet. Pure: the API and the metrics show what the owner enforces."""
+    if concurrency is None or adaptive_min is None or learned is None:
+        return concurrency
+    return max(adaptive_min, min(concurrency, math.floor(learned + 1e-9)))
 
 
 class PartnerWord:
@@ -166,12 +178,14 @@ class PartnerWord:
         old = pauses.get(scope)
         new_round = old is None or launched_at is None or launched_at > old.since
         streak = (1 if old is None else old.streak + 1) if new_round else old.streak  # type: ignore[union-attr]
+        backoff = spec.backoff
         until = partner_time(partner, now)
         if until is None:
-            backoff = spec.backoff
             seconds = min(backoff.initial_seconds * 2.0 ** min(max(streak - 1, 0), 60),
                           backoff.max_seconds)
             until = now + timedelta(seconds=seconds)
+        else:  # never sooner than the initial back-off: "Retry-After: 0" is no hot loop
+            until = max(until, now + timedelta(seconds=backoff.initial_seconds))
         if old is not None and old.until > until:
             until = old.until
         since = now if new_round or old is None else old.since
@@ -237,13 +251,10 @@ class PartnerWord:
     def effective(self, spec: QueueSpec) -> int | None:
         """The concurrency in force: the adaptive limit (whole units), else the
         configured one."""
-        concurrency = spec.concurrency
-        if spec.adaptive is None or concurrency is None:
-            return concurrency
         state = self._states.get(spec.id)
-        if state is None or state.effective is None:
-            return concurrency
-        return max(spec.adaptive.min, min(concurrency, math.floor(state.effective + 1e-9)))
+        return effective_limit(spec.concurrency,
+                               None if spec.adaptive is None else spec.adaptive.min,
+                               None if state is None else state.effective)
 
     def in_force(self, spec: QueueSpec) -> QueueSpec:
         """``spec`` with the adaptive limit as its concurrency (the same object when

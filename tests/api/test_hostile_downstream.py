@@ -1,7 +1,9 @@
 """A hostile or rude downstream (issue 13 finding 11; SPEC 6 "Retry-After", SPEC 8):
 the HTTP target reads at most 64 KiB of an answer, follows no redirect, and a 429
-or 503 with ``Retry-After`` moves the next try at least that far. Real sockets on
-127.0.0.1, a live daemon, SQLite and PostgreSQL."""
+or 503 with ``Retry-After`` is a throttled try (SPEC 15): given back, its attempt not
+spent, the next try at the partner's time (never sooner than the queue's
+``backoff.initial_seconds``). Real sockets on 127.0.0.1, a live daemon, SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ async def _launch_and_fail_once(live: LiveFactory, rude: Rude, path: str
     failed_at = clock.now()
     assert (await api.call("PUT", "/v1/jobs/q/j", {}))[0] == 201
     lv.daemon.wake()
-    await api.wait_job("q", "j", "queued", check=lambda j: j["attempt"] == 1)
+    await api.wait_job("q", "j", "queued", check=lambda j: len(j["history"]) == 1)
     return lv, api, clock, failed_at
 
 
@@ -125,6 +127,8 @@ async def test_retry_after_seconds_delays_the_next_try(live: LiveFactory, rude: 
     job = await api.job("q", "j")
     run_at = datetime.fromisoformat(job["run_at"])
     assert run_at >= failed_at + timedelta(seconds=120)  # not the strategy's 1 s
+    assert job["attempt"] == 0  # given back: not spent
+    assert job["history"][0]["outcome"] == "throttled"
     assert job["history"][0]["error"]["data"]["retry_after"] == 120
     assert await _launches_after(lv, rude, clock, path, 60) == 1
     clock.advance(61)
@@ -133,7 +137,7 @@ async def test_retry_after_seconds_delays_the_next_try(live: LiveFactory, rude: 
         assert time.monotonic() < deadline, "the retry never came"
         lv.daemon.wake()
         await asyncio.sleep(0.05)  # the loop runs in real time; polling its effect
-    assert (await api.wait_job("q", "j", "succeeded"))["attempt"] == 2
+    assert (await api.wait_job("q", "j", "succeeded"))["attempt"] == 1
 
 
 async def test_retry_after_as_an_http_date(live: LiveFactory, rude: Rude) -> None:
@@ -145,8 +149,9 @@ async def test_retry_after_as_an_http_date(live: LiveFactory, rude: Rude) -> Non
     assert await _launches_after(lv, rude, clock, "busy", 200) == 1
 
 
-async def test_a_shorter_retry_after_does_not_hurry_the_strategy(live: LiveFactory,
-                                                                 rude: Rude) -> None:
+async def test_a_retry_after_of_zero_waits_the_initial_back_off(live: LiveFactory,
+                                                                rude: Rude) -> None:
+    """``Retry-After: 0`` makes no hot loop: at least ``backoff.initial_seconds``."""
     rude.retry_after = "0"
     _, api, _, failed_at = await _launch_and_fail_once(live, rude, "busy")
     job = await api.job("q", "j")

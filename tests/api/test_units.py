@@ -9,7 +9,8 @@ from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError
 from hipq.jobs import Job
 from hipq.responses.signing import Signer
-from hipq.targets.http import HttpTarget, auth_header
+from hipq.targets.http import HttpTarget, auth_header, partner_outcome
+from hipq.targets.http_pool import Answer, Endpoint
 from hipq.targets.interface import ACCEPTED, Completed
 from hipq.testing import FakeClock
 
@@ -43,8 +44,8 @@ def test_auth_headers() -> None:
     ("sync", 200, Completed(status="succeeded", result={"a": 1})),
     ("sync", 404, Completed(status="failed", retryable=False, kind="http_status",
                             error={"detail": "HTTP 404", "status": 404, "body": '{"a": 1}'})),
-    ("callback", 429, Completed(status="failed", retryable=True, kind="http_status",
-                                error={"detail": "HTTP 429", "status": 429,
+    ("callback", 408, Completed(status="failed", retryable=True, kind="http_status",
+                                error={"detail": "HTTP 408", "status": 408,
                                        "body": '{"a": 1}'})),
     ("sync", 503, Completed(status="failed", retryable=True, kind="http_status",
                             error={"detail": "HTTP 503", "status": 503, "body": '{"a": 1}'})),
@@ -66,3 +67,51 @@ def test_url_template_quotes_ids() -> None:
             HttpTargetConfig(kind="http", url=url)
     with pytest.raises(ConfigError):  # a config built around the checks still fails
         HttpTarget(HttpTargetConfig.model_construct(kind="http", url="ftp://x"), None)
+
+
+def _answer(status: int, **headers: str) -> Answer:
+    return Answer(status=status, headers={k.lower().replace("_", "-"): v
+                                          for k, v in headers.items()}, body=b"{}")
+
+
+TARGET = Endpoint.parse("http://partner.example:8080/v1/x")
+
+
+@pytest.mark.parametrize(("answer", "after"), [
+    (_answer(429), None),
+    (_answer(429, Retry_After="4"), 4.0),
+    (_answer(503, Retry_After="Wed, 25 Nov 2026 12:00:00 GMT"), "2026-11-25T12:00:00+00:00"),
+    (_answer(429, RateLimit_Reset="3", RateLimit_Remaining="0"), 3.0),
+    (_answer(429, X_RateLimit_Reset="1795000000"), "2026-11-18T11:06:40+00:00"),
+    (_answer(429, RateLimit="limit=10, remaining=0, reset=7"), 7.0),
+])
+def test_a_throttled_answer_carries_the_partners_time(answer: Answer, after: object) -> None:
+    """SPEC 15: 429, or 503 with Retry-After, is throttled, with the partner's time."""
+    outcome = partner_outcome(Completed(status="failed"), answer, TARGET)
+    assert isinstance(outcome, Completed)
+    assert (outcome.status, outcome.kind) == ("throttled", "throttled")
+    assert outcome.error["detail"] == f"HTTP {answer.status} from http://partner.example:8080"
+    assert outcome.error.get("retry_after") == after
+
+
+def test_a_503_without_retry_after_is_a_plain_failure() -> None:
+    plain = Completed(status="failed", retryable=True)
+    assert partner_outcome(plain, _answer(503), TARGET) is plain
+
+
+@pytest.mark.parametrize(("headers", "spent"), [
+    ({"RateLimit_Remaining": "0", "RateLimit_Reset": "3"}, 3.0),
+    ({"X_RateLimit_Remaining": "0", "X_RateLimit_Reset": "2.5"}, 2.5),
+    ({"RateLimit": '"default";r=0;t=9'}, 9.0),
+    ({"RateLimit_Remaining": "1", "RateLimit_Reset": "3"}, None),
+    ({"RateLimit_Remaining": "0"}, None),
+    ({"RateLimit_Remaining": "0", "RateLimit_Reset": "soon"}, None),
+])
+def test_a_success_that_spends_the_budget_says_until_when(headers: dict[str, str],
+                                                          spent: float | None) -> None:
+    accepted = partner_outcome(ACCEPTED, _answer(202, **headers), TARGET)
+    assert getattr(accepted, "spent", None) == spent
+    done = partner_outcome(Completed(status="succeeded", result=1), _answer(200, **headers),
+                           TARGET)
+    assert isinstance(done, Completed)
+    assert (done.status, done.result, done.spent) == ("succeeded", 1, spent)
