@@ -126,8 +126,8 @@ async def test_behind_a_refusing_partner_no_job_is_lost_nor_any_attempt_spent(
         running = [h for h in reconciler.batch.values() if h.outcome is None]
         assert sum(h.weight for h in running) <= concurrency
         # the partner finishes some of what it holds (all of it now and then)
-        done = len(partner.holding) if step % 7 == 6 else finishes[step % len(finishes)]
-        for job_id in sorted(partner.holding)[:done]:
+        n = len(partner.holding) if step % 7 == 6 else finishes[step % len(finishes)]
+        for job_id in sorted(partner.holding)[:n]:
             partner.holding.discard(job_id)
             await respond(hipq, job_id, queue_id, status="succeeded")
         clock.advance(0.5)
