@@ -347,7 +347,8 @@ class Reconciler:
             partner.held(spec.id, held)
             return None
         launch = await self._apply_decision(spec.id, candidates, decision, now, counters)
-        partner.held(spec.id, held_reasons(candidates, decision, launch, held))
+        partner.held(spec.id, held_reasons(candidates, decision, launch, held,
+                                           trusted=not spec.custom_throttler))
         if not launch:
             return None
         return _Selection(runtime=runtime, launch=launch,

@@ -292,3 +292,19 @@ async def test_held_counts_by_reason_are_stored_with_the_queue(
     held = (await store.queue_state_list(queues=["q"]))["q"].held
     assert held is not None
     assert held.get("rate_limit", 0) >= 1
+
+
+def test_held_counts_the_same_on_the_built_ins_fast_path(clock: FakeClock) -> None:
+    from hipq.engine.decide import held_reasons
+    from hipq.plugins import ThrottleResult
+
+    now = clock.now()
+    jobs = [Job(id=f"j{i}", queue="q", run_at=now, created_at=now, updated_at=now)
+            for i in range(10)]
+    decision = ThrottleResult(launch=jobs[:3], held={"j3": "concurrency", "j4": "quota",
+                                                     "j5": "concurrency", "j6": "window"})
+    launched = [j.id for j in jobs[:3]]
+    slow = held_reasons(jobs, decision, launched, {"backoff": 2})
+    fast = held_reasons(jobs, decision, launched, {"backoff": 2}, trusted=True)
+    assert slow == fast == {"backoff": 2, "concurrency": 2, "quota": 1, "window": 1,
+                            "throttler": 3}
