@@ -6,7 +6,13 @@ Counters count what this daemon did and are fed once per tick from the tick's
 persisted ride on the result by reference), so the hot path pays nothing per job:
 the daemon aggregates per queue after the tick with a few dictionary updates.
 Gauges come from the store's per-queue counts, read at most once every
-``GAUGE_CACHE_SECONDS`` whatever the scrape rate.
+``GAUGE_CACHE_SECONDS`` whatever the scrape rate, with the partner's word on each
+queue (SPEC 15) as its owner stored it: the scopes paused now
+(``hipq_backoff_active``), throttled tries (``hipq_throttled_total``, a counter
+kept by the owners in the database, so every daemon shows the same), the
+concurrency in force (``hipq_queue_effective_concurrency``, queues with a
+concurrency only) and the due jobs held back at the last tick by reason
+(``hipq_queue_held_jobs``).
 
 Outcomes (``hipq_job_outcomes_total{outcome}``) count each ended try or job once:
 ``succeeded``, ``cancelled``; a try that ``timeout``-ed or was ``lost`` counts
@@ -20,12 +26,18 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from hipq.store import ChangeKind, QueueStats
@@ -40,6 +52,8 @@ DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 30
                  3600.0)
 OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout", "lost")
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
+HELD_REASONS = ("concurrency", "quota", "window", "rate_limit", "backoff", "ordering_key",
+                "throttler")  # SPEC 15; each shown per queue (0 when none)
 _BY_ERROR = {"timeout": "timeout", "lost": "lost"}
 _FAILED = frozenset({"failed", "retried", "timeout", "lost"})
 
@@ -78,11 +92,27 @@ class BulkHistogram(Collector):
         yield family
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueWord:
+    """The partner's word on one queue (SPEC 15) at one now, as the gauges show it."""
+
+    queue: str
+    paused_scopes: int = 0  # the partner's pauses in force
+    throttled_total: int = 0
+    effective_concurrency: int | None = None
+    held: Mapping[str, int] = field(default_factory=dict)
+
+
+GaugeReading = tuple[Sequence[QueueStats], Sequence[QueueWord]]
+
+
 class QueueGauges(Collector):
-    """``hipq_queue_*`` gauges from the last cached per-queue counts."""
+    """``hipq_queue_*`` gauges from the last cached per-queue counts, and the
+    partner's word on each queue."""
 
     def __init__(self) -> None:
-        self.stats: list[QueueStats] = []
+        self.stats: Sequence[QueueStats] = []
+        self.words: Sequence[QueueWord] = []
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("hipq_queue_jobs", "Jobs of a queue by state (queued: all "
@@ -99,6 +129,27 @@ class QueueGauges(Collector):
             weight.add_metric([s.queue], s.running_weight)
             lag.add_metric([s.queue], s.oldest_due_age_seconds or 0.0)
         yield from (jobs, weight, lag)
+        yield from self._partner()
+
+    def _partner(self) -> Iterator[Metric]:
+        active = GaugeMetricFamily("hipq_backoff_active", "Scopes of a queue (the queue, or "
+                                   "groups) paused by its partner now", labels=["queue"])
+        throttled = CounterMetricFamily("hipq_throttled", "Throttled tries of a queue (the "
+                                        "partner said not now), counted by its owners",
+                                        labels=["queue"])
+        effective = GaugeMetricFamily("hipq_queue_effective_concurrency", "The concurrency "
+                                      "in force: the adaptive limit, else the configured one",
+                                      labels=["queue"])
+        held = GaugeMetricFamily("hipq_queue_held_jobs", "Due jobs held back at the last "
+                                 "tick of a queue, by reason", labels=["queue", "reason"])
+        for w in self.words:
+            active.add_metric([w.queue], w.paused_scopes)
+            throttled.add_metric([w.queue], w.throttled_total)
+            if w.effective_concurrency is not None:
+                effective.add_metric([w.queue], w.effective_concurrency)
+            for reason in (*HELD_REASONS, *sorted(set(w.held) - set(HELD_REASONS))):
+                held.add_metric([w.queue, reason], w.held.get(reason, 0))
+        yield from (active, throttled, effective, held)
 
 
 class Metrics:
@@ -161,15 +212,15 @@ class Metrics:
 
     # -- served at /metrics -----------------------------------------------------------
 
-    async def refresh_gauges(self, read: Callable[[], Awaitable[list[QueueStats]]]) -> None:
-        """Read the per-queue counts with ``read`` unless they are under
-        ``GAUGE_CACHE_SECONDS`` old; concurrent scrapes share one read."""
+    async def refresh_gauges(self, read: Callable[[], Awaitable[GaugeReading]]) -> None:
+        """Read the per-queue counts and the partner's word with ``read`` unless they
+        are under ``GAUGE_CACHE_SECONDS`` old; concurrent scrapes share one read."""
         if self._refreshing is None:
             self._refreshing = asyncio.Lock()
         async with self._refreshing:
             if (self._stats_at is None
                     or self._monotonic() - self._stats_at >= GAUGE_CACHE_SECONDS):
-                self.gauges.stats = await read()
+                self.gauges.stats, self.gauges.words = await read()
                 self._stats_at = self._monotonic()
 
     def render(self) -> bytes:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.bodies import EnqueueRequest, ResponseRequest
@@ -57,6 +57,7 @@ from hipq.store import (
 from hipq.targets.http import HttpTarget
 from hipq.throttling import field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
+from hipq.waiting import POSITION_CAP, Facts, verdict
 
 YIELD_EVERY = 250  # jobs built between two yields to the event loop
 QUEUE_CACHE_SECONDS = 1.0  # how stale an enqueue may see a queue changed by another daemon
@@ -207,6 +208,38 @@ class Hipq:
         if job is None:
             raise JobNotFound(queue, job_id)
         return job
+
+    async def waiting(self, job: Job) -> dict[str, Any] | None:
+        """Why a queued job waits, as the database says now (SPEC 15; the reasons in
+        :mod:`hipq.waiting`): ``{"reason", "detail", "until"}``; None for a job that
+        is not queued."""
+        if job.status is not JobState.QUEUED:
+            return None
+        record = await self.store.queue_get(job.queue)
+        if record is None:
+            return None
+        facts = Facts(job=job, queue=record.config.to_spec(), now=self.clock.now(),
+                      paused=record.paused)
+        if not facts.paused and job.run_at <= facts.now:  # else nothing more matters
+            facts = await self._wait_facts(facts)
+        return verdict(facts).to_json()
+
+    async def _wait_facts(self, facts: Facts) -> Facts:
+        """The rest of the facts, each read only where it can matter (bounded reads)."""
+        job, spec, now, store = facts.job, facts.queue, facts.now, self.store
+        state = ((await store.queue_state_list(queues=[job.queue])).get(job.queue)
+                 if spec.adaptive is not None else None)
+        recent: dict[str, list[datetime]] = {}
+        if spec.rate_limit is not None and not job.critical:
+            recent = await store.launch_events_recent(
+                queue=job.queue, since=now - timedelta(seconds=spec.rate_limit.per_seconds))
+        standing = await store.job_standing(job=job, now=now, ordering=spec.ordering,
+                                            limit=POSITION_CAP + 1,
+                                            key_mode=spec.ordering_key_mode)
+        return replace(facts, backoffs=await store.backoff_list(queues=[job.queue]),
+                       effective=None if state is None else state.effective,
+                       key_ahead=standing.key_ahead, recent_launches=recent,
+                       running=standing.running, ahead=standing.ahead)
 
     async def cancel(self, queue: str, job_id: str) -> Job:
         """Cancel a queued job at once, or ask the owner of a running one to cancel

@@ -19,6 +19,7 @@ from hipq.api.deps import DEPS
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
 from hipq.api.models import (
     HISTORY_SHOWN,
+    PAUSES_SHOWN,
     AcceptedOut,
     ArchivedQuery,
     BatchEnvelope,
@@ -33,7 +34,7 @@ from hipq.api.models import (
 )
 from hipq.api.paging import collect_page
 from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
-from hipq.api.stats_cache import STATS
+from hipq.api.stats_cache import STATS, Snapshot
 from hipq.bodies import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
@@ -67,34 +68,49 @@ def _ids(request: web.Request) -> tuple[str, str]:
     return _queue_id(request), job_id
 
 
-def job_out(job: Job, history: JobHistory | None = None) -> JobOut:
+def job_out(job: Job, history: JobHistory | None = None,
+            waiting: dict[str, Any] | None = None) -> JobOut:
     """The job JSON; with ``history`` (GET of one job), the entries read and their
-    total count."""
+    total count, and why it waits (``waiting``, SPEC 15)."""
     body = job.to_json() | {"history": [a.to_json() for a in history.tries] if history else [],
-                            "history_count": history.total if history else None}
+                            "history_count": history.total if history else None,
+                            "waiting": waiting}
     return JobOut.model_validate(body)
 
 
-def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool) -> QueueOut:
+def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
+              snapshot: Snapshot | None = None, now: datetime | None = None) -> QueueOut:
     """The queue as JSON: secrets as "***"; for other roles than admin, the target
-    URL without userinfo and with its query values masked too."""
+    URL without userinfo and with its query values masked too. With ``snapshot``,
+    the partner's word on it (SPEC 15) at ``now``."""
     config = QueueConfig.model_validate(redacted(record.config, urls=not admin))
-    return QueueOut(id=record.id, paused=record.paused, config=config,
-                    created_at=record.created_at, updated_at=record.updated_at,
-                    stats=None if stats is None else QueueStatsOut.model_validate(
-                        stats, from_attributes=True))
+    word: dict[str, Any] = {}
+    if snapshot is not None and now is not None:
+        told = snapshot.word(record.id, record.config, now)
+        word = {"backoff": [b.to_json() for b in
+                            snapshot.pauses_in_force(record.id, now, PAUSES_SHOWN)],
+                "effective_concurrency": told.effective_concurrency, "held": told.held,
+                "throttled_total": told.throttled_total}
+    return QueueOut.model_validate({
+        "id": record.id, "paused": record.paused, "config": config,
+        "created_at": record.created_at, "updated_at": record.updated_at,
+        "stats": None if stats is None else QueueStatsOut.model_validate(
+            stats, from_attributes=True), **word})
 
 
 async def _one_queue(request: web.Request, queue: str) -> QueueOut:
-    """One queue with its counts from the shared snapshot (no per-request scan); a
-    queue newer than the snapshot has no jobs yet: zeros."""
-    record = await _service(request).get_queue(queue)
-    stats = (await request.app[STATS].get()).queue(queue, paused=record.paused)
+    """One queue with its counts and the partner's word from the shared snapshot (no
+    per-request scan); a queue newer than the snapshot has no jobs yet: zeros."""
+    service = _service(request)
+    record = await service.get_queue(queue)
+    snapshot = await request.app[STATS].get()
+    stats = snapshot.queue(queue, paused=record.paused)
     if stats is None:
         stats = QueueStats(queue=queue, paused=record.paused, queued=0, due=0, running=0,
                            running_weight=0, oldest_due_age_seconds=None,
                            concurrency=record.config.concurrency)
-    return queue_out(record, stats, admin=request_role(request) is Role.ADMIN)
+    return queue_out(record, stats, admin=request_role(request) is Role.ADMIN,
+                     snapshot=snapshot, now=service.clock.now())
 
 
 # -- queues ----------------------------------------------------------------------
@@ -115,10 +131,12 @@ async def create_queue(request: web.Request) -> web.Response:
 
 async def list_queues(request: web.Request) -> web.Response:
     service = _service(request)
-    stats = {s.queue: s for s in (await request.app[STATS].get()).queues}
+    snapshot = await request.app[STATS].get()
+    stats = {s.queue: s for s in snapshot.queues}
     records = await service.list_queues()
-    admin = request_role(request) is Role.ADMIN
-    return reply(QueueList(queues=[queue_out(r, stats.get(r.id), admin=admin)
+    admin, now = request_role(request) is Role.ADMIN, service.clock.now()
+    return reply(QueueList(queues=[queue_out(r, stats.get(r.id), admin=admin,
+                                             snapshot=snapshot, now=now)
                                    for r in records]))
 
 
@@ -132,7 +150,8 @@ async def pause_queue(request: web.Request) -> web.Response:
 
 
 async def resume_queue(request: web.Request) -> web.Response:
-    await _service(request).set_paused(_queue_id(request), False)
+    await _service(request).set_paused(_queue_id(request), False)  # ends partner pauses too
+    request.app[STATS].forget_pauses(_queue_id(request))
     return reply(await _one_queue(request, _queue_id(request)))
 
 
@@ -211,9 +230,11 @@ _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 async def get_job(request: web.Request) -> web.Response:
-    """The job with the last ``HISTORY_SHOWN`` entries of its history and their count."""
-    job, history = await _service(request).job_with_history(*_ids(request), last=HISTORY_SHOWN)
-    return reply(job_out(job, history))
+    """The job with the last ``HISTORY_SHOWN`` entries of its history and their count,
+    and, while it is queued, why it waits."""
+    service = _service(request)
+    job, history = await service.job_with_history(*_ids(request), last=HISTORY_SHOWN)
+    return reply(job_out(job, history, await service.waiting(job)))
 
 
 async def cancel_job(request: web.Request) -> web.Response:

@@ -1,6 +1,8 @@
 """``GET /metrics``: the daemon's Prometheus registry (see :mod:`hipq.metrics`).
-The queue gauges are refreshed from the store at most every 2 s, however often
-Prometheus (or several of them) scrape."""
+The queue gauges are refreshed at most every 2 s, however often Prometheus (or
+several of them) scrape: each refresh renews the snapshot the queue routes share
+(:mod:`hipq.api.stats_cache`: counts and the partner's word) and reads the queue
+list (each queue's concurrency settings)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import weakref
 from aiohttp import web
 
 from hipq.api.deps import DEPS
-from hipq.metrics import CONTENT_TYPE, Metrics
+from hipq.api.stats_cache import STATS
+from hipq.metrics import CONTENT_TYPE, GaugeReading, Metrics
 
 # an API served without a daemon (tests, embedders): its own registry, queue gauges only
 _fallback: weakref.WeakKeyDictionary[web.Application, Metrics] = weakref.WeakKeyDictionary()
@@ -25,7 +28,15 @@ def _metrics(app: web.Application) -> Metrics:
     return found
 
 
+async def _reading(app: web.Application) -> GaugeReading:
+    service = app[DEPS].service
+    snapshot = await app[STATS].get(max_age=0)  # the gauges are cached (hipq.metrics)
+    records = await service.list_queues()
+    now = service.clock.now()
+    return snapshot.queues, [snapshot.word(r.id, r.config, now) for r in records]
+
+
 async def metrics(request: web.Request) -> web.Response:
     registry = _metrics(request.app)
-    await registry.refresh_gauges(request.app[DEPS].service.stats)
+    await registry.refresh_gauges(lambda: _reading(request.app))
     return web.Response(body=registry.render(), headers={"Content-Type": CONTENT_TYPE})

@@ -16,6 +16,7 @@ from hipq.bodies import BatchItem
 from hipq.config import QueueConfig
 
 MAX_BATCH = 10_000
+PAUSES_SHOWN = 100  # a queue's partner pauses in its JSON: the soonest to end
 MAX_PAGE = 1000
 HISTORY_SHOWN = 50  # history entries in a job's JSON: its last ones (docs/http-api.md)
 
@@ -44,6 +45,17 @@ class AttemptOut(_Out):
     finished_at: AwareDatetime | None
     outcome: str
     error: dict[str, Any] | None = None
+
+
+class WaitingOut(_Out):
+    """Why a queued job waits (SPEC 15): the first reason that applies, in this order."""
+
+    reason: Literal["paused", "not_due", "backoff", "window", "ordering_key", "rate_limit",
+                    "quota", "concurrency", "position"]
+    detail: str = Field(description="e.g. 'running 60 of 60', 'behind job j1 of key k'")
+    until: AwareDatetime | None = Field(
+        default=None, description="when this reason ends, if known (not_due, backoff, "
+        "window, rate_limit)")
 
 
 class JobOut(_Out):
@@ -75,6 +87,9 @@ class JobOut(_Out):
     history_count: int | None = Field(
         default=None, description="how many history entries the job has in all (GET of one "
         "job; null in the other answers)")
+    waiting: WaitingOut | None = Field(
+        default=None, description="why a queued job waits, computed from the database when "
+        "asked (GET of one job; null once it runs, and in the other answers)")
 
 
 class QueueStatsOut(_Out):
@@ -88,6 +103,17 @@ class QueueStatsOut(_Out):
     concurrency: int | None
 
 
+class BackoffOut(_Out):
+    """A partner's pause in force (SPEC 15): no job of its scope launches before
+    ``until``."""
+
+    group: str | None = Field(description="the value at backoff.field of the jobs paused; "
+                              "null: the whole queue")
+    until: AwareDatetime
+    reason: str = Field(description='why, e.g. "HTTP 429 from https://partner.example" or '
+                        '"budget spent"')
+
+
 class QueueOut(_Out):
     id: str
     paused: bool
@@ -95,6 +121,16 @@ class QueueOut(_Out):
     created_at: AwareDatetime
     updated_at: AwareDatetime
     stats: QueueStatsOut | None = None
+    backoff: list[BackoffOut] = Field(
+        default_factory=list, description=f"the partner's pauses in force now, soonest end "
+        f"first (at most {PAUSES_SHOWN}); a resume ends them")
+    effective_concurrency: int | None = Field(
+        default=None, description="the concurrency in force: the adaptive limit when the "
+        "queue adapts, else the configured one (null: no concurrency)")
+    held: dict[str, int] = Field(
+        default_factory=dict, description="the due jobs its owner held back at its last tick, "
+        "by reason: concurrency, quota, window, rate_limit, backoff, ordering_key, throttler")
+    throttled_total: int = Field(default=0, description="throttled tries of the queue in all")
 
 
 class QueueList(_Out):

@@ -33,6 +33,7 @@ from hipq.store.records import (
     InboxRow,
     InsertOutcome,
     JobHistory,
+    JobStanding,
     ListedResponse,
     QueueRecord,
     QueueState,
@@ -357,6 +358,25 @@ class Store(Protocol):
 
     async def queue_state_save(self, states: Sequence[QueueState]) -> None:
         """Write these queue states (each whole), in one transaction."""
+
+    # -- why a job waits (SPEC 15) ------------------------------------------------------
+
+    async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
+                           key_mode: str = "strict") -> JobStanding:
+        """Where the queued ``job`` stands in its queue at ``now``, in one read (one
+        statement, or one transaction), for one job when asked, never by a tick:
+
+        * ``running``: the weight of the queue's running jobs by (critical,
+          ``group_key``, the quota field's value at enqueue); reads the running jobs
+          of the queue only;
+        * ``key_ahead``: the id of the first job of its ordering key by
+          (``key_order_at``, id) that holds it back as :meth:`job_fetch_due` sees it:
+          one running, or one queued before it (``key_mode="relaxed_on_retry"``: not
+          one waiting for its retry at ``now``); None without a key; stops at the first;
+        * ``ahead``: how many queued jobs of the queue, due at ``now``, come before it
+          in ``ordering`` ((run_at, priority, id) or (priority, run_at, id)), counted up
+          to ``limit`` (an index range of at most ``limit`` entries).
+        """
 
     async def queue_stats(self, *, now: datetime) -> list[QueueStats]:
         """Counts per queue (every queue, sorted by id), as of ``now``."""

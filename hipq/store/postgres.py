@@ -49,6 +49,7 @@ from hipq.store.records import (
     InsertOutcome,
     InsertStatus,
     JobHistory,
+    JobStanding,
     ListedResponse,
     QueueRecord,
     QueueState,
@@ -68,6 +69,8 @@ from hipq.store.rows import (
     merged_outcome,
     queue_record,
     queue_state_of,
+    standing_of,
+    standing_values,
 )
 
 log = logging.getLogger(__name__)
@@ -608,6 +611,12 @@ class PostgresStore(StoreBase):
             decreased_ats=[x.decreased_at for x in states],
             helds=[to_json(x.held) for x in states], held_ats=[x.held_at for x in states],
             totals=[x.throttled_total for x in states])
+
+    async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
+                           key_mode: str = "strict") -> JobStanding:
+        name = "standing_time" if ordering is Ordering.TIME_THEN_PRIORITY else "standing_priority"
+        row = await self._fetchrow(name, **standing_values(job, now, key_mode, limit))
+        return standing_of(json.loads(row["running"]), row["key_ahead"], row["ahead"])
 
     # -- stats and housekeeping ----------------------------------------------------------
 

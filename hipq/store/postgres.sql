@@ -798,6 +798,53 @@ ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
     held = excluded.held, held_at = excluded.held_at,
     throttled_total = excluded.throttled_total
 
+-- -- why a job waits (SPEC 15) -------------------------------------------------------
+-- Where a queued job stands in its queue, in one read, when one job is asked for
+-- (hipq/waiting.py), never by a tick: the weight of the running jobs by (critical,
+-- quota group), as JSON (the running jobs' partial index, ix_jobs_running); the first
+-- job of its ordering key that holds it back, as in due_time (the key's index,
+-- ix_jobs_ordering_key, in order, stopped at the first; none without a key); and how
+-- many due queued jobs come before it, counted up to :limit (the queue's order index,
+-- ix_jobs_due_time or ix_jobs_due_priority, read in its order: the ORDER BY lets the
+-- scan stop at the limit, where a bitmap scan would read the whole range first).
+
+-- name: standing_time
+SELECT
+    (SELECT COALESCE(json_agg(json_build_array(r.critical, r.group_key, r.weight)), '[]')
+     FROM (SELECT critical, group_key, sum(weight) AS weight FROM jobs
+           WHERE queue = :queue AND status = 'running'
+           GROUP BY critical, group_key) AS r)::text AS running,
+    (SELECT k.id FROM jobs k
+     WHERE k.queue = :queue AND k.ordering_key = :ordering_key::text AND k.id <> :id::text
+       AND (k.status = 'running' OR (k.status = 'queued'
+            AND (k.key_order_at, k.id) < (:key_order_at::timestamptz, :id)
+            AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now::timestamptz)))
+     ORDER BY k.key_order_at, k.id LIMIT 1) AS key_ahead,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM jobs
+        WHERE queue = :queue AND status = 'queued' AND run_at <= :now
+          AND (run_at, priority, id) < (:run_at::timestamptz, :priority::int4, :id)
+        ORDER BY run_at, priority, id LIMIT :limit) AS a) AS ahead
+
+-- name: standing_priority
+-- The same in (priority, run_at, id) order.
+SELECT
+    (SELECT COALESCE(json_agg(json_build_array(r.critical, r.group_key, r.weight)), '[]')
+     FROM (SELECT critical, group_key, sum(weight) AS weight FROM jobs
+           WHERE queue = :queue AND status = 'running'
+           GROUP BY critical, group_key) AS r)::text AS running,
+    (SELECT k.id FROM jobs k
+     WHERE k.queue = :queue AND k.ordering_key = :ordering_key::text AND k.id <> :id::text
+       AND (k.status = 'running' OR (k.status = 'queued'
+            AND (k.key_order_at, k.id) < (:key_order_at::timestamptz, :id)
+            AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now::timestamptz)))
+     ORDER BY k.key_order_at, k.id LIMIT 1) AS key_ahead,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM jobs
+        WHERE queue = :queue AND status = 'queued' AND run_at <= :now
+          AND (priority, run_at, id) < (:priority::int4, :run_at::timestamptz, :id)
+        ORDER BY priority, run_at, id LIMIT :limit) AS a) AS ahead
+
 -- -- stats and housekeeping ----------------------------------------------------------
 
 -- name: queue_counts

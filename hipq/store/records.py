@@ -186,6 +186,19 @@ class QueueState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobStanding:
+    """Where a queued job stands in its queue, for "why a job waits" (SPEC 15):
+    ``running``, the weight of the queue's running jobs by (critical, ``group_key``);
+    ``key_ahead``, the first job of its ordering key that holds it back (running, or
+    queued before it); ``ahead``, the due queued jobs before it in the queue's order
+    (counted up to the read's limit)."""
+
+    running: dict[tuple[bool, str | None], int]
+    key_ahead: str | None = None
+    ahead: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueStats:
     queue: str
     paused: bool

@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from hipq.config import QueueConfig
 from hipq.jobs import Attempt, Job, row_reader
 from hipq.store import schema as s
+from hipq.store.due import RELAXED
 from hipq.store.records import (
     InboxRow,
     InsertOutcome,
     InsertStatus,
+    JobStanding,
     QueueRecord,
     QueueState,
 )
@@ -151,3 +154,17 @@ def queue_state_values(state: QueueState) -> dict[str, Any]:
     return {"queue": state.queue, "effective": state.effective, "successes": state.successes,
             "decreased_at": state.decreased_at, "held": state.held, "held_at": state.held_at,
             "throttled_total": state.throttled_total}
+
+
+def standing_of(running: Iterable[Sequence[Any]], key_ahead: str | None,
+                ahead: int) -> JobStanding:
+    """A JobStanding from (critical, group_key, weight) rows and the two counts."""
+    return JobStanding(running={(bool(c), g): int(w) for c, g, w in running},
+                       key_ahead=key_ahead, ahead=int(ahead))
+
+
+def standing_values(job: Job, now: datetime, key_mode: str, limit: int) -> dict[str, Any]:
+    """The parameters of a read of ``job``'s standing (PostgreSQL's ``standing_*``)."""
+    return {"queue": job.queue, "id": job.id, "ordering_key": job.ordering_key,
+            "key_order_at": job.key_order_at, "relaxed": key_mode == RELAXED, "now": now,
+            "run_at": job.run_at, "priority": job.priority, "limit": limit}

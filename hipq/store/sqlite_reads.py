@@ -16,10 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import schema as s
 from hipq.store.common import VERSION_KEY, JobKey, QueueCounts, StoreBase
-from hipq.store.due import DueShape
+from hipq.store.due import RELAXED, DueShape
 from hipq.store.history import history_of
 from hipq.store.listing import VALUES, listed_response
-from hipq.store.records import InboxRow, JobHistory, ListedResponse, QueueRecord
+from hipq.store.records import InboxRow, JobHistory, JobStanding, ListedResponse, QueueRecord
 from hipq.store.rows import (
     INSERT_CHUNK,
     attempt_of,
@@ -27,6 +27,7 @@ from hipq.store.rows import (
     inbox_row,
     job_from_row,
     queue_record,
+    standing_of,
 )
 
 
@@ -163,6 +164,22 @@ class SQLiteReads(StoreBase):
             return [job_from_row(r._mapping)
                     for r in await conn.execute(due_query(shape, now=now, limit=limit))]
 
+    # -- why a job waits (SPEC 15): read when one job is asked for, never by a tick ---
+
+    async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
+                           key_mode: str = "strict") -> JobStanding:
+        t = s.jobs
+        running = (sa.select(t.c.critical, t.c.group_key, sa.func.sum(t.c.weight))
+                   .where(t.c.queue == job.queue, t.c.status == s.RUNNING)
+                   .group_by(t.c.critical, t.c.group_key))
+        ahead = sa.select(sa.func.count()).select_from(
+            _ahead_query(job, now=now, ordering=ordering, limit=limit).subquery())
+        async with self._tx() as conn:
+            weights = list(await conn.execute(running))
+            key_ahead = (None if job.ordering_key is None else await conn.scalar(
+                _key_ahead_query(job, now=now, relaxed=key_mode == RELAXED)))
+            return standing_of(weights, key_ahead, (await conn.execute(ahead)).scalar_one())
+
     # -- the response inbox -------------------------------------------------------------
 
     async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
@@ -289,6 +306,43 @@ def _key_blocked(now: Any, *, relaxed: bool) -> sa.Exists:
         earlier = sa.and_(earlier, sa.not_(sa.and_(k.c.attempt > 0, k.c.run_at > now)))
     return sa.exists().where(k.c.queue == t.c.queue, k.c.ordering_key == t.c.ordering_key,
                              sa.or_(k.c.status == s.RUNNING, earlier))
+
+
+# -- where a queued job stands (why it waits) --------------------------------------------
+
+
+def _key_ahead_query(job: Job, *, now: datetime, relaxed: bool) -> sa.Select[Any]:
+    """The first job of ``job``'s ordering key, by (key_order_at, id), that holds it
+    back as the due query sees it: running, or queued before it (``relaxed``: not
+    one waiting for its retry at ``now``). The key's index in order, stopped at one."""
+    t = s.jobs
+    earlier = sa.and_(t.c.status == s.QUEUED, sa.tuple_(t.c.key_order_at, t.c.id) < sa.tuple_(
+        sa.literal(job.key_order_at, s.UTCDateTime), sa.literal(job.id)))
+    if relaxed:
+        earlier = sa.and_(earlier, sa.not_(sa.and_(
+            t.c.attempt > 0, t.c.run_at > sa.literal(now, s.UTCDateTime))))
+    return (sa.select(t.c.id).where(t.c.queue == job.queue, t.c.ordering_key == job.ordering_key,
+                                    t.c.id != job.id, sa.or_(t.c.status == s.RUNNING, earlier))
+            .order_by(t.c.key_order_at, t.c.id).limit(1))
+
+
+def _ahead_query(job: Job, *, now: datetime, ordering: Ordering, limit: int) -> sa.Select[Any]:
+    """The due queued jobs before ``job`` in ``ordering``, at most ``limit``: the
+    queue's order index (ix_jobs_due_time or ix_jobs_due_priority) read in its order."""
+    t = s.jobs
+    at, priority, job_id = (sa.literal(job.run_at, s.UTCDateTime), sa.literal(job.priority),
+                            sa.literal(job.id))
+    keys: tuple[sa.ColumnElement[Any], ...]
+    mine: tuple[sa.ColumnElement[Any], ...]
+    if ordering is Ordering.TIME_THEN_PRIORITY:
+        keys, mine = (t.c.run_at, t.c.priority, t.c.id), (at, priority, job_id)
+    else:
+        keys, mine = (t.c.priority, t.c.run_at, t.c.id), (priority, at, job_id)
+    return (sa.select(sa.literal(1))
+            .where(t.c.queue == job.queue, t.c.status == s.QUEUED,
+                   t.c.run_at <= sa.literal(now, s.UTCDateTime),
+                   sa.tuple_(*keys) < sa.tuple_(*mine))
+            .order_by(*keys).limit(limit))
 
 
 # -- the listing of unmatched responses ---------------------------------------------------

@@ -220,6 +220,63 @@ function cursorOf(key) {
   return stack[stack.length - 1];
 }
 
+// -- the partner's word (SPEC 15): its pauses, the adaptive limit, why due jobs wait --
+
+const PAUSES_LISTED = 10;
+const HELD_WORDS = {  // reason -> [one job, several jobs]
+  concurrency: ["job waits for a free slot", "jobs wait for a free slot"],
+  quota: ["job waits for its group's share of the capacity", "jobs wait for their group's share of the capacity"],
+  window: ["job waits for its window", "jobs wait for their window"],
+  rate_limit: ["job waits for the rate limit", "jobs wait for the rate limit"],
+  backoff: ["job waits for the partner's pause", "jobs wait for the partner's pause"],
+  ordering_key: ["job waits for the job ahead of it (same ordering key)", "jobs wait for the jobs ahead of them (same ordering key)"],
+  throttler: ["job is held back by the queue's throttler", "jobs are held back by the queue's throttler"],
+};
+
+// "12:00:05 UTC" today (UTC), else with its date
+function utc(iso) {
+  const text = new Date(iso).toISOString();
+  const today = new Date().toISOString().slice(0, 10);
+  return (text.slice(0, 10) === today ? text.slice(11, 19) : text.replace("T", " ").slice(0, 19)) + " UTC";
+}
+
+function pauseLine(b) {
+  const scope = b.group == null ? "" : `group <code>${esc(b.group)}</code> `;
+  return `<li data-group="${esc(b.group ?? "")}">${scope}paused by the partner until
+    <span class="until">${esc(utc(b.until))}</span> (${esc(b.reason)})</li>`;
+}
+
+function heldLine(reason, n) {
+  const [one, many] = HELD_WORDS[reason] || ["job is held back", "jobs are held back"];
+  return `<li data-held="${esc(reason)}">${esc(reason)}: ${n} ${n === 1 ? one : many}</li>`;
+}
+
+function adaptiveWords(queue) {
+  if (!queue.config.adaptive || queue.effective_concurrency == null) return "";
+  return `, <span id="adaptive" title="the concurrency in force, lowered when the partner throttles">adaptive: ${queue.effective_concurrency} of ${queue.config.concurrency}</span>`;
+}
+
+function partnerWords(queue) {
+  const pauses = queue.backoff || [];
+  const order = [...Object.keys(HELD_WORDS), ...Object.keys(queue.held || {}).sort()];
+  const held = [...new Set(order)].filter((r) => (queue.held || {})[r] > 0);
+  const more = pauses.length > PAUSES_LISTED
+    ? `<li class="muted">and ${pauses.length - PAUSES_LISTED} more${pauses.length >= 100 ? " (the 100 ending soonest are shown)" : ""}</li>` : "";
+  const parts = [];
+  if (pauses.length) {
+    parts.push(`<ul id="pauses" class="pauses">${pauses.slice(0, PAUSES_LISTED).map(pauseLine).join("")}${more}</ul>
+      ${may("admin") ? '<button id="end-pauses" title="POST resume: ends every pause of the partner">end the partner\'s pauses</button>' : ""}`);
+  }
+  if (held.length) {
+    parts.push(`<p class="muted">Due jobs held back at the last tick:</p>
+      <ul id="held">${held.map((r) => heldLine(r, queue.held[r])).join("")}</ul>`);
+  }
+  if (queue.throttled_total) {
+    parts.push(`<p class="muted" id="throttled">${queue.throttled_total} throttled ${queue.throttled_total === 1 ? "try" : "tries"} in all (the partner said not now)</p>`);
+  }
+  return parts.length ? `<div id="partner">${parts.join("")}</div>` : "";
+}
+
 async function queueView(name) {
   const page = async (path, key) => {
     const cursor = cursorOf(key);
@@ -235,9 +292,10 @@ async function queueView(name) {
   const cancel = may("producer") ? "<th></th>" : "";
   $("#view").innerHTML = `${takeFlash()}<section><h2>${esc(name)} ${queue.paused ? badge("paused") : ""}</h2>
     <p>${s.queued ?? 0} queued, ${s.due ?? 0} due, ${s.running ?? 0} running
-    (weight ${s.running_weight ?? 0}/${queue.config.concurrency ?? "&infin;"}),
+    (weight ${s.running_weight ?? 0}/${queue.config.concurrency ?? "&infin;"}${adaptiveWords(queue)}),
     lag ${s.oldest_due_age_seconds == null ? "-" : s.oldest_due_age_seconds.toFixed(1) + " s"}
-    ${may("admin") ? `<button class="toggle" id="toggle">${queue.paused ? "resume" : "pause"}</button>` : ""}</p></section>
+    ${may("admin") ? `<button class="toggle" id="toggle">${queue.paused ? "resume" : "pause"}</button>` : ""}</p>
+    ${partnerWords(queue)}</section>
     <section id="running"><h2>Running (by launch time)</h2><table><thead><tr><th>job</th><th>status</th>
     <th class="num">try</th><th>launched</th><th>last error</th>${cancel}</tr></thead>
     <tbody>${jobRows(running.jobs, { time: "launched_at", cancel: true })}</tbody></table>
@@ -255,6 +313,11 @@ async function queueView(name) {
   if (toggle) {
     toggle.addEventListener("click", () => act(`${queue.paused ? "resumed" : "paused"} ${name}`,
       "POST", `/v1/jobs/${enc(name)}/${queue.paused ? "resume" : "pause"}`));
+  }
+  const endPauses = $("#end-pauses");
+  if (endPauses) {
+    endPauses.addEventListener("click", () => act(`resumed ${name}: the partner's pauses ended`,
+      "POST", `/v1/jobs/${enc(name)}/resume`));
   }
 }
 queueView.live = true;
