@@ -73,6 +73,14 @@ async def test_queue_page_tells_the_partner_word(live: LiveFactory, page: Page) 
     assert "17 throttled tries in all" in await p.locator("#throttled").inner_text()
     await page.shot("queue_partner")
 
+    await p.goto(api.base + "/#/job/partner/p00")  # one queued job: why it waits
+    waiting = p.locator("#waiting")
+    await waiting.wait_for()
+    said = " ".join((await waiting.inner_text()).split())
+    assert said.startswith(f"waits: backoff: {REASON} (until ")
+    assert said.endswith(f"{until} UTC)")
+    await page.shot("job_waiting")
+
     await p.goto(api.base + "/#/queue/tenants")
     group = p.locator('#pauses li[data-group="eu"]')
     await group.wait_for()

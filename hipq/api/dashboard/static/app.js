@@ -340,8 +340,11 @@ async function jobView(queue, id) {
   const history = job.history.map((h) => `<tr><td class="num">${h.attempt}</td><td>${when(h.launched_at)}</td>
     <td>${when(h.finished_at)}</td><td>${badge(h.outcome)}</td>
     <td>${h.error ? `<pre class="error">${esc(JSON.stringify(h.error, null, 2))}</pre>` : ""}</td></tr>`);
+  const w = job.waiting;
+  const waits = w ? `<p id="waiting">waits: ${esc(w.reason)}: ${esc(w.detail)}${
+    w.until ? ` (until ${esc(when(w.until))} UTC)` : ""}</p>` : "";
   $("#view").innerHTML = `${takeFlash()}<section><h2><a href="#/queue/${enc(queue)}">${esc(queue)}</a> / ${esc(id)}
-    ${badge(job.status)}</h2><p>
+    ${badge(job.status)}</h2>${waits}<p>
     ${live && may("producer") ? '<button class="danger" id="cancel">cancel</button>' : ""}
     ${!live && may("producer") ? '<button id="replay">replay</button>' : ""}</p>
     <dl>${fields.map((f) => `<dt>${f}</dt><dd>${esc(f.endsWith("_at") ? when(job[f]) : job[f] ?? "-")}</dd>`).join("")}</dl></section>
