@@ -16,7 +16,9 @@ concurrency only) and the due jobs held back at the last tick by reason
 
 Outcomes (``hipq_job_outcomes_total{outcome}``) count each ended try or job once:
 ``succeeded``, ``cancelled``; a try that ``timeout``-ed or was ``lost`` counts
-under that name whether it is retried or not; any other failed try counts as
+under that name whether it is retried or not, and one the partner ``throttled``
+(SPEC 15: given back, or past ``backoff.max_throttled``) under that name; any
+other failed try counts as
 ``retried`` or (the job gave up) ``failed``; a job that expired before launch
 counts as ``expired``.
 """
@@ -50,11 +52,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
                  3600.0)
-OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout", "lost")
+OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout", "lost",
+            "throttled")
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
 HELD_REASONS = ("concurrency", "quota", "window", "rate_limit", "backoff", "ordering_key",
                 "throttler")  # SPEC 15; each shown per queue (0 when none)
-_BY_ERROR = {"timeout": "timeout", "lost": "lost"}
+_BY_ERROR = {"timeout": "timeout", "lost": "lost", "throttled": "throttled"}
 _FAILED = frozenset({"failed", "retried", "timeout", "lost"})
 
 
