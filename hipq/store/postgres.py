@@ -40,8 +40,8 @@ from hipq.store.due import DueShape
 from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
 from hipq.store.listing import listed_response
 from hipq.store.pgsql import SQL, insert_jobs_values, to_json
+from hipq.store.postgres_partner import PartnerStatements
 from hipq.store.records import (
-    Backoff,
     Change,
     ChangeKind,
     InboxOutcome,
@@ -49,12 +49,9 @@ from hipq.store.records import (
     InsertOutcome,
     InsertStatus,
     JobHistory,
-    JobStanding,
     ListedResponse,
     QueueRecord,
-    QueueState,
     Response,
-    backoff_of,
 )
 from hipq.store.rows import (
     attempt_of,
@@ -68,9 +65,6 @@ from hipq.store.rows import (
     merged_into,
     merged_outcome,
     queue_record,
-    queue_state_of,
-    standing_of,
-    standing_values,
 )
 
 log = logging.getLogger(__name__)
@@ -138,7 +132,7 @@ async def _stored(db: Any, queue: str, job_id: str) -> Job | None:
     return None
 
 
-class PostgresStore(StoreBase):
+class PostgresStore(PartnerStatements, StoreBase):
     """The :class:`~hipq.store.base.Store` on PostgreSQL."""
 
     dialect = "postgresql"
@@ -578,45 +572,6 @@ class PostgresStore(StoreBase):
 
     async def daemon_leave(self, *, owner: str) -> None:
         await self._execute("daemon_leave", owner=owner)
-
-    # -- the partner's word (SPEC 15) ----------------------------------------------------
-
-    async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
-        if queues is None:
-            return [backoff_of(r) for r in await self._fetch("backoff_all")]
-        return [backoff_of(r) for r in await self._fetch("backoff_list", queues=list(queues))]
-
-    async def backoff_replace(self, *, queue: str, backoffs: Sequence[Backoff]) -> None:
-        await self._execute("backoff_replace", queue=queue, scopes=[b.scope for b in backoffs],
-                            untils=[b.until for b in backoffs],
-                            reasons=[b.reason for b in backoffs],
-                            streaks=[b.streak for b in backoffs],
-                            sinces=[b.since for b in backoffs])
-
-    async def backoff_clear(self, *, queue: str) -> int:
-        return await self._execute("backoff_clear", queue=queue)
-
-    async def queue_state_list(self, *, queues: Sequence[str] | None = None
-                               ) -> dict[str, QueueState]:
-        rows = (await self._fetch("queue_state_all") if queues is None
-                else await self._fetch("queue_state_list", queues=list(queues)))
-        return {r["queue"]: queue_state_of(r) for r in rows}
-
-    async def queue_state_save(self, states: Sequence[QueueState]) -> None:
-        if not states:
-            return
-        await self._execute(
-            "queue_state_save", queues=[x.queue for x in states],
-            effectives=[x.effective for x in states], successes=[x.successes for x in states],
-            decreased_ats=[x.decreased_at for x in states],
-            helds=[to_json(x.held) for x in states], held_ats=[x.held_at for x in states],
-            totals=[x.throttled_total for x in states])
-
-    async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
-                           key_mode: str = "strict") -> JobStanding:
-        name = "standing_time" if ordering is Ordering.TIME_THEN_PRIORITY else "standing_priority"
-        row = await self._fetchrow(name, **standing_values(job, now, key_mode, limit))
-        return standing_of(json.loads(row["running"]), row["key_ahead"], row["ahead"])
 
     # -- stats and housekeeping ----------------------------------------------------------
 
