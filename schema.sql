@@ -1,4 +1,4 @@
--- hipq schema version 6. Generated from hipq/store/schema.py
+-- hipq schema version 7. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -74,6 +74,25 @@ CREATE TABLE job_attempts (
 );
 
 CREATE INDEX ix_job_attempts_job ON job_attempts (queue, job_id, attempt);
+
+CREATE TABLE job_intake (
+	id BIGSERIAL NOT NULL, 
+	queue TEXT NOT NULL, 
+	job_id TEXT, 
+	data JSONB NOT NULL, 
+	run_after TIMESTAMP WITH TIME ZONE, 
+	fields JSONB NOT NULL, 
+	enqueued_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	error TEXT, 
+	rejected_at TIMESTAMP WITH TIME ZONE, 
+	PRIMARY KEY (id)
+);
+
+CREATE INDEX ix_job_intake_job ON job_intake (queue, job_id) WHERE error IS NULL;
+
+CREATE INDEX ix_job_intake_pending ON job_intake (queue, id) WHERE error IS NULL;
+
+CREATE INDEX ix_job_intake_rejected ON job_intake (rejected_at, id) WHERE error IS NOT NULL;
 
 CREATE TABLE jobs (
 	queue TEXT NOT NULL, 
@@ -210,3 +229,12 @@ CREATE INDEX ix_response_inbox_pending_key ON response_inbox (correlation_key) W
 CREATE INDEX ix_response_inbox_pending_received ON response_inbox (received_at) WHERE applied_at IS NULL;
 
 CREATE INDEX ix_response_inbox_unmatched ON response_inbox (received_at, id) WHERE outcome = 'unmatched';
+
+CREATE OR REPLACE FUNCTION hipq_enqueue(queue text, id text, data jsonb DEFAULT '{}',
+                                        run_after timestamptz DEFAULT NULL,
+                                        fields jsonb DEFAULT '{}') RETURNS void
+LANGUAGE sql AS $hipq$
+    INSERT INTO job_intake (queue, job_id, data, run_after, fields, enqueued_at)
+    VALUES ($1, $2, COALESCE($3, '{}'::jsonb), $4, COALESCE($5, '{}'::jsonb), now());
+    SELECT pg_notify('hipq_wake', 'intake');
+$hipq$;

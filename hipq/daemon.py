@@ -34,13 +34,14 @@ from hipq.config import Settings
 from hipq.engine import Reconciler
 from hipq.engine.driver import TickDriver
 from hipq.errors import ConfigError, HipqError, TransientStoreError
+from hipq.intake import Intake
 from hipq.metrics import Metrics
 from hipq.responses.signing import load_signer
 from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
 from hipq.schedules import Schedules, open_schedules
 from hipq.service import Hipq
 from hipq.store import Store, open_store
-from hipq.store.notify import MEMBERS, WAKE, Notifier
+from hipq.store.notify import INTAKE, MEMBERS, WAKE, Notifier
 from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
 from hipq.tick_log import log_failures
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 10.0
 PRUNE_INTERVAL_SECONDS = 3600.0
 PRUNE_BATCH = 1000
+INTAKE_WATCH_SECONDS = 0.25  # SQLite: how often the intake is looked at for new rows
 
 
 GC_YOUNG_THRESHOLD = 50_000  # allocations between young-generation collections
@@ -96,6 +98,8 @@ class Daemon:
         self.schedules: Schedules | None = None  # docs/configuration.md
         self.metrics = Metrics(monotonic=self.clock.monotonic)
         self.notifier: Notifier | None = None  # scale-out: LISTEN/NOTIFY (PostgreSQL)
+        self._intake_due = True  # look at the intake at the next tick (SPEC 16)
+        self._held_before: frozenset[str] = frozenset()
 
     # the parts, once open() has run
     @property
@@ -170,8 +174,9 @@ class Daemon:
             responses=self.settings.responses, on_wake=self.wake,
             targets=Targets(memory=self.memory_targets, http=http, kafka=producer))
         reconciler.inbox.use_events()  # every writer of responses below says so
-        return _Opened(store=store, service=service, reconciler=reconciler, http=http,
-                       api=api, kafka_consumer=consumer)
+        return _Opened(store=store, service=service, reconciler=reconciler,
+                       intake=Intake(service, store, self.clock), http=http, api=api,
+                       kafka_consumer=consumer)
 
     async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         await self.open()
@@ -207,6 +212,8 @@ class Daemon:
         self._driver.start()
         self._stack.push_async_callback(self._driver.stop)
         self._driver.due()  # the first tick at once
+        if self.store.dialect == "sqlite":  # producers of other processes: no NOTIFY
+            self._spawn_first(self._watch_intake())
         self._start_scheduler()
         self._stack.callback(self._stop_scheduler)
         if parts.kafka_consumer is not None:
@@ -232,8 +239,26 @@ class Daemon:
         self._scheduler = scheduler
 
     async def _periodic_tick(self) -> None:
-        """APScheduler's reconcile job: ask the driver for a tick (it runs there)."""
+        """APScheduler's reconcile job: ask the driver for a tick (it runs there);
+        it also looks at the intake (polling, whatever the notifications said)."""
+        self._intake_due = True
         self._driver.due()
+
+    async def _watch_intake(self) -> None:
+        """SQLite: a producer in another process writes the intake without a
+        notification; its largest row id (one index probe) is looked at every
+        :data:`INTAKE_WATCH_SECONDS`, and a new row wakes the tick."""
+        seen = 0
+        while True:
+            await asyncio.sleep(INTAKE_WATCH_SECONDS)  # noqa: TID251 (real-time polling)
+            try:
+                last = await self.store.intake_last_id()
+            except HipqError:
+                continue
+            if last > seen:
+                seen = last
+                self._intake_due = True
+                self.wake()
 
     def _spawn_first(self, first: Coroutine[Any, Any, object]) -> None:
         """Run a scheduler job's first pass now, owned: cancelled at shutdown."""
@@ -270,6 +295,10 @@ class Daemon:
         if payload == MEMBERS:
             self.reconciler.leases.force = True
             self._driver.due()
+            return
+        if payload == INTAKE:  # a producer committed rows to the intake (SPEC 16)
+            self._intake_due = True
+            self.wake()
             return
         if self._opened is not None:  # maybe responses written by another daemon
             self._opened.reconciler.inbox.arrived()
@@ -316,6 +345,7 @@ class Daemon:
         a full batch (more is due at once)."""
         started = self.clock.monotonic()
         try:
+            more = await self._ingest()
             result = await self.reconciler.run_once()
         except TransientStoreError as exc:
             log.warning("reconcile tick skipped: %s", exc, extra={"action": "tick_error"})
@@ -325,9 +355,33 @@ class Daemon:
             return False
         if self.metrics.observe_tick(result, self.clock.monotonic() - started):
             log_failures(result.ended)
+        held = frozenset(self.reconciler.held)
+        if held - self._held_before:  # queues gained: their intake rows may wait
+            self._intake_due = True
+            self._driver.due()
+        self._held_before = held
+        if more:
+            self._driver.due()
         if result.wake_at is not None:  # a partner's pause ends then
             self._driver.due_in(max((result.wake_at - self.clock.now()).total_seconds(), 0.0))
         return result.launched >= self.settings.reconcile.fetch_limit
+
+    async def _ingest(self) -> bool:
+        """The intake's rows of the owned queues become jobs (SPEC 16), when a
+        notification, the SQLite watcher or the periodic tick said to look."""
+        if not self._intake_due:
+            return False
+        self._intake_due = False
+        try:
+            owned = set(self.reconciler.held)
+            known = [q.id for q in await self.store.queue_list()]
+            more = await self.parts.intake.ingest(owned, known)
+        except Exception:  # never the tick's: the rows wait for the next look
+            log.exception("intake: ingest failed", extra={"action": "intake_error"})
+            self._intake_due = True
+            return False
+        self._intake_due = more
+        return more
 
     async def prune(self) -> None:
         before = self.clock.now() - timedelta(days=self.settings.archive.retention_days)
@@ -384,6 +438,7 @@ class _Opened:
     store: Store
     service: Hipq
     reconciler: Reconciler
+    intake: Intake
     http: HttpClient
     api: ApiServer | None
     kafka_consumer: KafkaResponseConsumer | None

@@ -203,11 +203,30 @@ class Hipq:
         return job, await self.store.job_history(queue, job_id, limit=last)
 
     async def _job(self, queue: str, job_id: str) -> Job:
-        """The job wherever it is, without its history; JobNotFound if there is none."""
+        """The job wherever it is, without its history (still in the intake: as it
+        will be enqueued, ``queued``); JobNotFound if there is none."""
         job = await self.store.job_get(queue, job_id)
+        if job is None:
+            job = await self._from_intake(queue, job_id)
         if job is None:
             raise JobNotFound(queue, job_id)
         return job
+
+    async def _from_intake(self, queue: str, job_id: str) -> Job | None:
+        """A job enqueued from SQL and not ingested yet (SPEC 16), as its row says."""
+        from hipq.intake import request_of  # the intake module builds on this one
+
+        row = await self.store.intake_find(queue, job_id)
+        if row is None:
+            return None
+        _, item = request_of(row)
+        record = await self.store.queue_get(queue)
+        if item is None or record is None:
+            return None  # it will be rejected: GET /v1/intake?status=rejected
+        try:
+            return build_job(record.config, item[0], item[1], row.enqueued_at, token="")
+        except ValidationError:
+            return None
 
     async def waiting(self, job: Job) -> dict[str, Any] | None:
         """Why a queued job waits, as the database says now (SPEC 15; the reasons in

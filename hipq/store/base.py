@@ -32,6 +32,7 @@ from hipq.store.records import (
     InboxOutcome,
     InboxRow,
     InsertOutcome,
+    IntakeRow,
     JobHistory,
     JobStanding,
     ListedResponse,
@@ -339,6 +340,34 @@ class Store(Protocol):
         """Remove ``owner`` from the live set (a graceful stop)."""
 
     # -- stats and housekeeping --------------------------------------------------------
+
+    # -- the intake: enqueue from SQL (SPEC 16) --------------------------------------------
+
+    async def intake_pending(self, *, queues: Sequence[str], limit: int) -> list[IntakeRow]:
+        """At most ``limit`` pending intake rows of these queues, oldest first."""
+
+    async def intake_orphans(self, *, known: Sequence[str], before: datetime,
+                             limit: int) -> list[IntakeRow]:
+        """Pending rows enqueued before ``before`` for queues not in ``known``."""
+
+    async def intake_done(self, *, ingested: Sequence[int], rejected: Mapping[int, str],
+                          now: datetime) -> None:
+        """Delete the ingested rows; keep the rejected ones with their error; in one
+        transaction, only rows still pending."""
+
+    async def intake_find(self, queue: str, job_id: str) -> IntakeRow | None:
+        """The oldest pending row that will make this job, if any."""
+
+    async def intake_rejected_page(self, *, limit: int, queue: str | None = None,
+                                   after: tuple[datetime, int] | None = None
+                                   ) -> list[IntakeRow]:
+        """Rejected rows, newest first by (rejected_at, id), after a page's last key."""
+
+    async def intake_counts(self) -> dict[str, tuple[int, int]]:
+        """Per queue: (pending, rejected) rows."""
+
+    async def intake_last_id(self) -> int:
+        """The largest intake row id so far (0: none): a cheap sign of new rows."""
 
     # -- the partner's word (SPEC 15) ----------------------------------------------------
 

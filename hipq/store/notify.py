@@ -2,8 +2,10 @@
 
 Every daemon LISTENs on one channel and NOTIFYs it when work arrives that another
 daemon may own (an enqueue, a response): the queue's owner then ticks at once
-instead of at its next poll. Payloads say what to do: ``wake`` (run a tick) or
-``members`` (the cluster changed: rebalance the leases now).
+instead of at its next poll. Payloads say what to do: ``wake`` (run a tick),
+``members`` (the cluster changed: rebalance the leases now) or ``intake`` (a
+producer committed rows to the intake: ingest them; sent by ``hipq_enqueue()``
+and :mod:`hipq.sql` from the producer's transaction).
 
 The listening connection is an asyncpg connection of its own, never a pooled one
 (a pooled connection keeps its listener after it goes back to the pool: see
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "hipq_wake"
 WAKE = "wake"
 MEMBERS = "members"
+INTAKE = "intake"  # hipq_enqueue() / hipq.sql: rows in the intake (SPEC 16)
 RETRY_MIN_SECONDS = 0.2
 RETRY_MAX_SECONDS = 5.0
 

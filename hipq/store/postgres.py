@@ -40,6 +40,7 @@ from hipq.store.due import DueShape
 from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
 from hipq.store.listing import listed_response
 from hipq.store.pgsql import SQL, insert_jobs_values, to_json
+from hipq.store.postgres_intake import IntakeStatements
 from hipq.store.postgres_partner import PartnerStatements
 from hipq.store.records import (
     Change,
@@ -132,7 +133,7 @@ async def _stored(db: Any, queue: str, job_id: str) -> Job | None:
     return None
 
 
-class PostgresStore(PartnerStatements, StoreBase):
+class PostgresStore(IntakeStatements, PartnerStatements, StoreBase):
     """The :class:`~hipq.store.base.Store` on PostgreSQL."""
 
     dialect = "postgresql"

@@ -751,6 +751,43 @@ ORDER BY owner
 -- name: daemon_leave
 DELETE FROM daemons WHERE owner = :owner
 
+-- -- the intake: enqueue from SQL (SPEC 16) -------------------------------------------
+
+-- name: intake_pending
+SELECT * FROM job_intake
+WHERE error IS NULL AND queue = ANY(:queues::text[]) ORDER BY id LIMIT :limit
+
+-- name: intake_orphans
+SELECT * FROM job_intake
+WHERE error IS NULL AND NOT (queue = ANY(:known::text[])) AND enqueued_at < :before
+ORDER BY id LIMIT :limit
+
+-- name: intake_done
+-- Ingested rows go, rejected ones keep their error; only rows still pending.
+WITH gone AS (DELETE FROM job_intake WHERE id = ANY(:ingested::int8[]) AND error IS NULL)
+UPDATE job_intake i SET error = r.error, rejected_at = :now
+FROM unnest(:rejected_ids::int8[], :errors::text[]) AS r(id, error)
+WHERE i.id = r.id AND i.error IS NULL
+
+-- name: intake_find
+SELECT * FROM job_intake WHERE queue = :queue AND job_id = :job_id AND error IS NULL
+ORDER BY id LIMIT 1
+
+-- name: intake_rejected_page
+SELECT * FROM job_intake
+WHERE error IS NOT NULL AND (:queue::text IS NULL OR queue = :queue)
+  AND (rejected_at, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                           COALESCE(:after_id::int8, 9223372036854775807))
+ORDER BY rejected_at DESC, id DESC LIMIT :limit
+
+-- name: intake_counts
+SELECT queue, count(*) FILTER (WHERE error IS NULL) AS pending,
+       count(*) FILTER (WHERE error IS NOT NULL) AS rejected
+FROM job_intake GROUP BY queue
+
+-- name: intake_last_id
+SELECT COALESCE(max(id), 0) AS id FROM job_intake
+
 -- -- the partner's word (SPEC 15) ------------------------------------------------------
 
 -- name: backoff_list

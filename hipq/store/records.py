@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -136,6 +137,40 @@ class Change:
     inbox_ids: tuple[int, ...] = ()  # responses applied by this change, marked with it
     give_back: bool = False  # REQUEUE of a throttled try: the attempt is not spent
     token: str | None = None  # REQUEUE: the job's new token (a throttled try's give-back)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntakeRow:
+    """A row of the intake (SPEC 16): a job a producer enqueued from SQL, pending
+    (``error`` None) or rejected with its error."""
+
+    id: int
+    queue: str
+    job_id: str | None
+    data: Any
+    run_after: datetime | None
+    fields: Any
+    enqueued_at: datetime
+    error: str | None = None
+    rejected_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat().replace("+00:00", "Z")
+        return {"intake_id": self.id, "queue": self.queue, "id": self.job_id,
+                "data": self.data, "run_after": iso(self.run_after), "fields": self.fields,
+                "enqueued_at": iso(self.enqueued_at), "error": self.error,
+                "rejected_at": iso(self.rejected_at)}
+
+
+def intake_of(row: Any) -> IntakeRow:
+    data, fields = row["data"], row["fields"]
+    return IntakeRow(id=row["id"], queue=row["queue"], job_id=row["job_id"],
+                     data=json.loads(data) if isinstance(data, str) else data,
+                     run_after=row["run_after"],
+                     fields=json.loads(fields) if isinstance(fields, str) else fields,
+                     enqueued_at=row["enqueued_at"], error=row["error"],
+                     rejected_at=row["rejected_at"])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

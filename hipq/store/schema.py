@@ -31,7 +31,7 @@ from sqlalchemy.engine import Dialect
 from hipq.clock import utc
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 6  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 7  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +303,30 @@ queue_state = sa.Table(
     sa.Column("throttled_total", BigId, nullable=False),
 )
 
+# Enqueue from SQL (SPEC 16): what producers insert in their own transactions (through
+# hipq_enqueue() or hipq.sql); the owner of the queue ingests the pending rows (error
+# NULL) into jobs and deletes them; a row that breaks a rule stays, with its error.
+job_intake = sa.Table(
+    "job_intake", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("job_id", sa.Text),
+    sa.Column("data", JSON, nullable=False),
+    sa.Column("run_after", UTCDateTime),
+    sa.Column("fields", JSON, nullable=False),
+    sa.Column("enqueued_at", UTCDateTime, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("rejected_at", UTCDateTime),
+)
+_intake_pending = sa.text("error IS NULL")
+_intake_rejected = sa.text("error IS NOT NULL")
+sa.Index("ix_job_intake_pending", job_intake.c.queue, job_intake.c.id,
+         postgresql_where=_intake_pending, sqlite_where=_intake_pending)
+sa.Index("ix_job_intake_job", job_intake.c.queue, job_intake.c.job_id,
+         postgresql_where=_intake_pending, sqlite_where=_intake_pending)
+sa.Index("ix_job_intake_rejected", job_intake.c.rejected_at, job_intake.c.id,
+         postgresql_where=_intake_rejected, sqlite_where=_intake_rejected)
+
 meta = sa.Table(
     "hipq_meta", metadata,
     sa.Column("key", sa.Text, primary_key=True),
@@ -322,7 +346,15 @@ def render_postgres_ddl() -> str:
         parts.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
         parts.extend(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";"
                      for index in sorted(table.indexes, key=lambda i: str(i.name)))
+    parts.append(enqueue_function())
     return "\n\n".join(parts) + "\n"
+
+
+def enqueue_function() -> str:
+    """The DDL of ``hipq_enqueue()`` (SPEC 16), as its migration creates it."""
+    script = next(m.sql for m in migrations("postgresql") if m.name.endswith("_intake.sql"))
+    start = script.index("CREATE OR REPLACE FUNCTION hipq_enqueue")
+    return script[start:].strip()
 
 
 if __name__ == "__main__":

@@ -53,12 +53,13 @@ from hipq.store.rows import (
     queue_state_of,
     queue_state_values,
 )
-from hipq.store.sqlite_reads import SQLiteReads, stored_jobs, stored_version
+from hipq.store.sqlite_intake import SQLiteIntake
+from hipq.store.sqlite_reads import stored_jobs, stored_version
 
 TRIES_CHUNK = 300  # tries per count statement: 3 parameters each (SQLite allows 999)
 
 
-class SQLiteStore(SQLiteReads):
+class SQLiteStore(SQLiteIntake):
     """The :class:`~hipq.store.base.Store` on SQLite."""
 
     dialect = "sqlite"

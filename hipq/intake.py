@@ -1,0 +1,145 @@
+"""Ingesting the intake (SPEC 16: enqueue from SQL).
+
+Producers insert rows into ``job_intake`` in their own transactions
+(``hipq_enqueue()`` on PostgreSQL, :mod:`hipq.sql` on either database). At the
+start of each tick the daemon takes the pending rows of the queues it owns,
+oldest first, and enqueues them through :meth:`hipq.service.Hipq.enqueue_many`:
+every rule of ``PUT /v1/jobs/{queue}/{id}`` (id and data checks, windows,
+merging, correlation keys, idempotency). Then, in one transaction, the ingested
+rows are deleted and the rejected ones keep their error (an invalid id or data,
+an unknown field, a conflict with a job of the same id and another body).
+
+Crash safety without a shared transaction: the jobs are inserted first, the rows
+deleted after. A daemon killed between the two leaves rows whose jobs exist; the
+next ingest (by whoever owns the queue then) enqueues them again, and an enqueue
+of the same id with the same body is an idempotent repeat: nothing new. So every
+row ends as exactly one job or one rejected row, whatever dies when. A row without
+an id gets ``intake-<row id>``, the same at every attempt.
+
+Rows of queues that do not exist are rejected by any daemon once they are
+:data:`ORPHAN_GRACE` old (a queue created in the same deploy has time to appear).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from hipq.bodies import EnqueueRequest
+from hipq.clock import Clock
+from hipq.errors import HipqError, QueueNotFound
+from hipq.jobs import JOB_ID_PATTERN, is_job_id
+from hipq.service import Hipq
+from hipq.store import InsertStatus, Store
+from hipq.store.records import IntakeRow
+
+log = logging.getLogger(__name__)
+
+INGEST_BATCH = 5000  # rows per tick and queue set; a full batch asks for another tick
+ORPHAN_GRACE = timedelta(seconds=10)
+ORPHAN_EVERY = timedelta(seconds=1)
+_NOT_FIELDS = frozenset({"id", "data", "run_after"})  # columns of their own
+
+
+class Intake:
+    def __init__(self, service: Hipq, store: Store, clock: Clock) -> None:
+        self.service = service
+        self.store = store
+        self.clock = clock
+        self.ingested = 0
+        self.rejected: dict[str, int] = {}  # by queue, since start (metrics read the DB)
+        self._orphans_at: datetime | None = None
+        self.last_id = 0  # the largest row id seen (SQLite's watcher compares it)
+
+    async def ingest(self, owned: Collection[str], known: Collection[str]) -> bool:
+        """Ingest pending rows of the ``owned`` queues (and reject old rows of queues
+        not in ``known``); True when a full batch was taken (more may wait)."""
+        now = self.clock.now()
+        await self._orphans(known, now)
+        if not owned:
+            return False
+        rows = await self.store.intake_pending(queues=sorted(owned), limit=INGEST_BATCH)
+        if not rows:
+            return False
+        self.last_id = max(self.last_id, rows[-1].id)
+        by_queue: dict[str, list[IntakeRow]] = {}
+        for row in rows:
+            by_queue.setdefault(row.queue, []).append(row)
+        ingested: list[int] = []
+        rejected: dict[int, str] = {}
+        for queue, queued in by_queue.items():
+            try:
+                await self._queue(queue, queued, ingested, rejected)
+            except QueueNotFound:
+                continue  # deleted meanwhile: the orphan sweep rejects its rows
+        await self.store.intake_done(ingested=ingested, rejected=rejected, now=now)
+        self.ingested += len(ingested)
+        for row_id in rejected:
+            queue = next(r.queue for r in rows if r.id == row_id)
+            self.rejected[queue] = self.rejected.get(queue, 0) + 1
+        if rejected:
+            log.warning("intake: %d rows rejected (GET /v1/intake?status=rejected)",
+                        len(rejected), extra={"action": "intake_rejected"})
+        return len(rows) >= INGEST_BATCH
+
+    async def _queue(self, queue: str, rows: list[IntakeRow], ingested: list[int],
+                     rejected: dict[int, str]) -> None:
+        items: list[tuple[str, EnqueueRequest]] = []
+        sent: list[IntakeRow] = []
+        for row in rows:
+            problem, item = request_of(row)
+            if item is None:
+                rejected[row.id] = problem or "invalid"
+                continue
+            items.append(item)
+            sent.append(row)
+        if not items:
+            return
+        outcomes = await self.service.enqueue_many(queue, items)
+        for row, outcome in zip(sent, outcomes, strict=True):
+            if outcome.status in (InsertStatus.CREATED, InsertStatus.EXISTS):
+                ingested.append(row.id)
+            else:
+                rejected[row.id] = f"{outcome.status}: {outcome.error or ''}".rstrip(": ")
+
+    async def _orphans(self, known: Collection[str], now: datetime) -> None:
+        if self._orphans_at is not None and now - self._orphans_at < ORPHAN_EVERY:
+            return
+        self._orphans_at = now
+        try:
+            rows = await self.store.intake_orphans(known=sorted(known), before=now - ORPHAN_GRACE,
+                                                   limit=INGEST_BATCH)
+        except HipqError as exc:
+            log.warning("intake: orphan sweep failed: %s", exc, extra={"action": "intake_error"})
+            return
+        if rows:
+            await self.store.intake_done(
+                ingested=[], rejected={r.id: f"unknown queue {r.queue!r}" for r in rows}, now=now)
+            for row in rows:
+                self.rejected[row.queue] = self.rejected.get(row.queue, 0) + 1
+
+
+def request_of(row: IntakeRow) -> tuple[str | None, tuple[str, EnqueueRequest] | None]:
+    """The (id, enqueue body) a row asks for, or why it cannot be one."""
+    job_id = row.job_id if row.job_id is not None else f"intake-{row.id}"
+    if not is_job_id(job_id):
+        return f"invalid id {job_id[:200]!r}: must match {JOB_ID_PATTERN}", None
+    fields: Any = row.fields
+    if not isinstance(fields, Mapping):
+        return "fields must be a JSON object", None
+    clash = sorted(_NOT_FIELDS & set(fields))
+    if clash:
+        return f"fields may not set {', '.join(clash)} (columns of their own)", None
+    body = {**fields, "data": row.data}
+    if row.run_after is not None:
+        body["run_after"] = row.run_after
+    try:
+        return None, (job_id, EnqueueRequest.model_validate(body))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                             for e in exc.errors(include_url=False))
+        return f"invalid: {problems}"[:2000], None
