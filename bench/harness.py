@@ -16,6 +16,9 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
    each ``--peer-concurrency``.
 6. on a second PostgreSQL with stock durability (bench/durable_phases.py):
    lifecycle-durable, callback, kafka, kafka-header, idle, graphile.
+7. partner (bench/partner_proof.py, SPEC 15's proof): a fake partner of 10 concurrent
+   requests at 0.1 s behind a queue configured far above it; SQLite with one daemon,
+   PostgreSQL (stock durability) with one, and with three, the owner SIGKILLed.
 
 Prints a table, writes ``--out`` (bench/results.json). Progress goes to stderr.
 """
@@ -38,12 +41,13 @@ from typing import Any
 
 import durable_phases as dp
 import hipq_scenarios as hs
+import partner_proof as pp
 from common import BENCH, PYTHON, drop_database, fresh_database, loadavg, log, machine, postgres
 
 PEER_VENV = BENCH / ".peer-venv"
 PEER_REQUIREMENTS = ["procrastinate==3.10.0", "psycopg[binary]>=3.2"]
 FSYNC_OFF_PHASES = ("lifecycle", "latency", "memory", "tick", "peer")
-PHASES = FSYNC_OFF_PHASES + dp.PHASES
+PHASES = (*FSYNC_OFF_PHASES, *dp.PHASES, "partner")
 
 
 # -- phases ---------------------------------------------------------------------------
@@ -190,6 +194,7 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     workdir.mkdir(parents=True)
     if not any(p in args.only for p in FSYNC_OFF_PHASES):
         details.update(await dp.run_durable(args, workdir, notes))
+        await run_partner(args, workdir, notes, details)
         details["postgres"] = details.get("postgres_durable", {}).get("server_version", "-")
         return details
     with postgres(args.database_url) as server:
@@ -212,7 +217,18 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
                 details[phase] = await run_peer(server, args, notes)
             details[phase]["phase_s"] = round(time.monotonic() - started, 1)
     details.update(await dp.run_durable(args, workdir, notes))
+    await run_partner(args, workdir, notes, details)
     return details
+
+
+async def run_partner(args: argparse.Namespace, workdir: Path, notes: list[str],
+                      details: dict[str, Any]) -> None:
+    if "partner" not in args.only:
+        return
+    log("partner (stock durability) ...")
+    started = time.monotonic()
+    details.update(await pp.run_phase(args, workdir, notes))
+    details["partner_phase_s"] = round(time.monotonic() - started, 1)
 
 
 async def server_version(server: str) -> str:
@@ -254,6 +270,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
     out["hipq_over_procrastinate"] = (round(lifecycle / best_peer, 1)
                                       if lifecycle is not None and best_peer else None)
     out.update(dp.summary(details))
+    out.update(pp.summary(details))
     return out
 
 
@@ -283,6 +300,14 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     ("kafka_template_jobs_per_s", "round trip, Kafka, template match (jobs/s)", ">=", 5000),
     ("kafka_header_jobs_per_s", "round trip, Kafka, header (jobs/s)", ">=", 5000),
     ("idle_max_running_cpu_s_per_s", "idle at the most running: hipq+PG CPU s/s", "<", 0.02),
+    # the partner's word (SPEC 15), chosen settings, PostgreSQL x3 with the owner killed
+    ("partner_throttled_pct_x3_kill", "partner proof x3 kill: throttled/launches (%)", "<",
+     100 * pp.MAX_THROTTLED_SHARE),
+    ("partner_accepted_pct_x3_kill", "partner proof x3 kill: accepted/capacity (%)", ">=",
+     100 * pp.MIN_ACCEPTED_SHARE),
+    ("partner_failed_jobs_x3_kill", "partner proof x3 kill: failed jobs", "<", 1),
+    ("partner_attempts_on_429s_x3_kill", "partner proof x3 kill: attempts spent on 429s", "<",
+     1),
 ]
 
 
@@ -342,6 +367,7 @@ def print_table(results: dict[str, Any]) -> None:
             print(f"  vs concurrency {run['concurrency']} ({run['jobs_per_s']:,.0f} jobs/s): "
                   f"{ratios}")
     dp.print_tables(details)
+    pp.print_table(details)
     for note in results["notes"]:
         print(f"note: {note}")
 
@@ -398,6 +424,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="daemon logs and configs (emptied first; default bench/.logs)")
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
     dp.add_arguments(p, ints)
+    pp.add_arguments(p)
     args = p.parse_args(argv)
     args.only = [x for x in args.only.split(",") if x]
     unknown = set(args.only) - set(PHASES)
@@ -408,6 +435,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.memory_queued, args.memory_running, args.peer_jobs = 20000, 2000, 1000
         args.tick_sizes = [1000, 100000]
         dp.quick(args)
+        args.partner_jobs = 2000
     return args
 
 
@@ -418,7 +446,8 @@ def reductions(args: argparse.Namespace) -> list[str]:
              "latency_rate": (args.latency_rates[0], 200),
              "memory_queued": (args.memory_queued, 100000),
              "memory_running": (args.memory_running, 10000),
-             "peer_jobs": (args.peer_jobs, 20000)}
+             "peer_jobs": (args.peer_jobs, 20000),
+             "partner_jobs": (args.partner_jobs, 3000)}
     notes = [f"{name} = {value:,g} (issue: {issue:,g})"
              for name, (value, issue) in sizes.items() if value != issue]
     notes += dp.reductions(args)

@@ -363,7 +363,11 @@ class Daemon:
         if more:
             self._driver.due()
         if result.wake_at is not None:  # a partner's pause ends then
-            self._driver.due_in(max((result.wake_at - self.clock.now()).total_seconds(), 0.0))
+            try:
+                self._driver.due_in(max((result.wake_at - self.clock.now()).total_seconds(),
+                                        0.0))
+            except Exception:  # never the driver's end: the periodic tick carries on
+                log.exception("could not schedule a tick", extra={"action": "tick_error"})
         return result.launched >= self.settings.reconcile.fetch_limit
 
     async def _ingest(self) -> bool:

@@ -23,9 +23,12 @@ request after that does nothing. Waits use the injected clock.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from hipq.clock import Clock
+
+log = logging.getLogger(__name__)
 
 Tick = Callable[[], Awaitable[bool]]  # one tick; True when more is due at once
 
@@ -40,7 +43,8 @@ class TickDriver:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0  # the loop time it fires at (uvloop's handles have no when())
         self.running = False  # a tick is in progress
 
     def start(self) -> None:
@@ -61,12 +65,14 @@ class TickDriver:
         if self._stopping:
             return
         loop = asyncio.get_running_loop()
-        timer = self._timer
-        if timer is not None and not timer.cancelled() and timer.when() > loop.time():
-            if timer.when() <= loop.time() + seconds:
+        now, timer = loop.time(), self._timer
+        at = now + max(seconds, 0.0)
+        if timer is not None and not timer.cancelled() and self._timer_at > now:
+            if self._timer_at <= at:
                 return
             timer.cancel()
-        self._timer = loop.call_later(seconds, self.due)
+        self._timer_at = at
+        self._timer = loop.call_later(max(seconds, 0.0), self.due)
 
     async def tick_now(self) -> None:
         """Ask for a tick and wait until one that started after this call ended."""
@@ -93,6 +99,9 @@ class TickDriver:
                 self.running = True
                 try:
                     more = await self._tick()
+                except Exception:  # a tick that raises ends itself, never the driver
+                    log.exception("reconcile tick raised", extra={"action": "tick_error"})
+                    more = False
                 finally:
                     self.running = False
                     for waiter in waiters:

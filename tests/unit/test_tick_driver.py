@@ -145,3 +145,53 @@ async def test_the_debounce_uses_the_injected_clock() -> None:
     assert ticks.count == 1
     assert (clock.now() - before).total_seconds() == 7.0  # FakeClock.sleep moves time
     await driver.stop()
+
+
+def test_due_in_runs_a_tick_later_on_uvloop_and_asyncio() -> None:
+    """A pause's end asks for a tick in 0 s or more, repeatedly: the earliest wins,
+    and no event loop's handle type may break it (uvloop's call_later(0) handle has
+    no ``when()``)."""
+    import uvloop
+
+    async def scenario() -> None:
+        ticks = Ticks()
+        driver = await started(ticks, debounce=0)
+        first = ticks.count
+        driver.due_in(0.0)
+        driver.due_in(0.0)  # a second request while the first is pending
+        driver.due_in(0.2)  # later: the earlier one stands
+        await asyncio.sleep(0.05)
+        assert ticks.count == first + 1
+        driver.due_in(0.05)
+        driver.due_in(0.01)  # earlier: replaces it
+        await asyncio.sleep(0.03)
+        assert ticks.count == first + 2
+        await asyncio.sleep(0.1)
+        assert ticks.count == first + 2  # the replaced timer never fired
+        await driver.stop()
+
+    for loop in (uvloop.new_event_loop(), asyncio.new_event_loop()):
+        try:
+            loop.run_until_complete(scenario())
+        finally:
+            loop.close()
+
+
+async def test_a_tick_that_raises_does_not_end_the_driver() -> None:
+    calls = 0
+
+    async def tick() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("boom")
+        return False
+
+    driver = TickDriver(tick, clock=FakeClock(), debounce=0)
+    driver.start()
+    driver.due()
+    await settle()
+    driver.due()
+    await settle()
+    assert calls == 2
+    await driver.stop()
