@@ -11,7 +11,7 @@ Per held queue:
   budget is spent pauses it until the reset. A try counts in the streak only if it
   was launched after the scope's pause began (strictly): the tries already in flight
   when the partner first said "not now" say it again without doubling anything. A
-  success of the scope once its pause has passed ends the streak.
+  success of the scope ends the row (the pause in force stands; a passed one goes).
 * **the adaptive limit** (``adaptive``): AIMD on the effective concurrency. A
   throttled or timed-out try multiplies it by ``decrease`` (not below ``min``),
   once per round: only a try launched after the last decrease lowers it again (the
@@ -218,6 +218,9 @@ class PartnerWord:
             old = pauses.get(scope)
             if old is not None and old.until <= now:
                 del pauses[scope]
+                self._dirty_pauses.add(spec.id)
+            elif old is not None and old.streak:  # the row is broken; the pause stands
+                pauses[scope] = replace(old, streak=0)
                 self._dirty_pauses.add(spec.id)
         adaptive, concurrency = spec.adaptive, spec.concurrency
         if adaptive is None or concurrency is None:
