@@ -19,6 +19,8 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
 7. partner (bench/partner_proof.py, SPEC 15's proof): a fake partner of 10 concurrent
    requests at 0.1 s behind a queue configured far above it; SQLite with one daemon,
    PostgreSQL (stock durability) with one, and with three, the owner SIGKILLed.
+8. sql-enqueue (bench/sql_enqueue.py, SPEC 16): 10,000 jobs in one hipq.sql transaction;
+   intake ingestion against the batch API, on PostgreSQL with stock durability.
 
 Prints a table, writes ``--out`` (bench/results.json). Progress goes to stderr.
 """
@@ -42,12 +44,13 @@ from typing import Any
 import durable_phases as dp
 import hipq_scenarios as hs
 import partner_proof as pp
+import sql_enqueue as se
 from common import BENCH, PYTHON, drop_database, fresh_database, loadavg, log, machine, postgres
 
 PEER_VENV = BENCH / ".peer-venv"
 PEER_REQUIREMENTS = ["procrastinate==3.10.0", "psycopg[binary]>=3.2"]
 FSYNC_OFF_PHASES = ("lifecycle", "latency", "memory", "tick", "peer")
-PHASES = (*FSYNC_OFF_PHASES, *dp.PHASES, "partner")
+PHASES = (*FSYNC_OFF_PHASES, *dp.PHASES, "partner", *se.PHASES)
 
 
 # -- phases ---------------------------------------------------------------------------
@@ -192,6 +195,7 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     workdir = args.logs
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
+    details.update(await se.run_phase(args, workdir, notes))
     if not any(p in args.only for p in FSYNC_OFF_PHASES):
         details.update(await dp.run_durable(args, workdir, notes))
         await run_partner(args, workdir, notes, details)
@@ -271,6 +275,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
                                       if lifecycle is not None and best_peer else None)
     out.update(dp.summary(details))
     out.update(pp.summary(details))
+    out.update(se.summary(details))
     return out
 
 
@@ -308,6 +313,7 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     ("partner_failed_jobs_x3_kill", "partner proof x3 kill: failed jobs", "<", 1),
     ("partner_attempts_on_429s_x3_kill", "partner proof x3 kill: attempts spent on 429s", "<",
      1),
+    *se.TARGETS,
 ]
 
 
@@ -368,6 +374,7 @@ def print_table(results: dict[str, Any]) -> None:
                   f"{ratios}")
     dp.print_tables(details)
     pp.print_table(details)
+    se.print_table(details)
     for note in results["notes"]:
         print(f"note: {note}")
 
@@ -425,6 +432,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=BENCH / "results.json")
     dp.add_arguments(p, ints)
     pp.add_arguments(p)
+    se.add_arguments(p)
     args = p.parse_args(argv)
     args.only = [x for x in args.only.split(",") if x]
     unknown = set(args.only) - set(PHASES)

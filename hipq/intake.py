@@ -22,24 +22,29 @@ Rows of queues that do not exist are rejected by any daemon once they are
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from hipq.bodies import EnqueueRequest
 from hipq.clock import Clock
 from hipq.errors import HipqError, QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, is_job_id
 from hipq.service import Hipq
-from hipq.store import InsertStatus, Store
+from hipq.store import InsertOutcome, InsertStatus, Store
 from hipq.store.records import IntakeRow
+from hipq.values import MAX_DEPTH, json_problem
 
 log = logging.getLogger(__name__)
 
 INGEST_BATCH = 5000  # rows per tick and queue set; a full batch asks for another tick
+BATCHES_PER_CALL = 4  # batches one tick ingests (the next read while one is enqueued)
+CHUNK = 1000  # rows per enqueue_many call
+IN_FLIGHT = 2  # enqueue_many calls at once
 ORPHAN_GRACE = timedelta(seconds=10)
 ORPHAN_EVERY = timedelta(seconds=1)
 _NOT_FIELDS = frozenset({"id", "data", "run_after"})  # columns of their own
@@ -62,10 +67,33 @@ class Intake:
         await self._orphans(known, now)
         if not owned:
             return False
-        rows = await self.store.intake_pending(queues=sorted(owned), limit=INGEST_BATCH)
-        if not rows:
-            return False
-        self.last_id = max(self.last_id, rows[-1].id)
+        queues = sorted(owned)
+        rows = await self.store.intake_pending(queues=queues, limit=INGEST_BATCH)
+        done: asyncio.Future[None] | None = None
+        try:
+            for batch in range(BATCHES_PER_CALL):
+                if not rows:
+                    break
+                self.last_id = max(self.last_id, rows[-1].id)
+                full = len(rows) >= INGEST_BATCH
+                following = None  # the next batch is read while this one is enqueued
+                if full and batch + 1 < BATCHES_PER_CALL:
+                    following = asyncio.ensure_future(self.store.intake_pending(
+                        queues=queues, limit=INGEST_BATCH, after=rows[-1].id))
+                ingested, rejected = await self._batch(rows)
+                if done is not None:
+                    await done
+                # this batch's rows go while the next one is enqueued (after its jobs)
+                done = asyncio.ensure_future(self._done(rows, ingested, rejected, now))
+                if following is None:
+                    return full
+                rows = await following
+            return bool(rows)
+        finally:
+            if done is not None:
+                await done
+
+    async def _batch(self, rows: list[IntakeRow]) -> tuple[list[int], dict[int, str]]:
         by_queue: dict[str, list[IntakeRow]] = {}
         for row in rows:
             by_queue.setdefault(row.queue, []).append(row)
@@ -76,22 +104,25 @@ class Intake:
                 await self._queue(queue, queued, ingested, rejected)
             except QueueNotFound:
                 continue  # deleted meanwhile: the orphan sweep rejects its rows
+        return ingested, rejected
+
+    async def _done(self, rows: list[IntakeRow], ingested: list[int],
+                    rejected: dict[int, str], now: datetime) -> None:
         await self.store.intake_done(ingested=ingested, rejected=rejected, now=now)
         self.ingested += len(ingested)
-        for row_id in rejected:
-            queue = next(r.queue for r in rows if r.id == row_id)
-            self.rejected[queue] = self.rejected.get(queue, 0) + 1
         if rejected:
+            queue_of = {r.id: r.queue for r in rows}
+            for row_id in rejected:
+                queue = queue_of[row_id]
+                self.rejected[queue] = self.rejected.get(queue, 0) + 1
             log.warning("intake: %d rows rejected (GET /v1/intake?status=rejected)",
                         len(rejected), extra={"action": "intake_rejected"})
-        return len(rows) >= INGEST_BATCH
 
     async def _queue(self, queue: str, rows: list[IntakeRow], ingested: list[int],
                      rejected: dict[int, str]) -> None:
         items: list[tuple[str, EnqueueRequest]] = []
         sent: list[IntakeRow] = []
-        for row in rows:
-            problem, item = request_of(row)
+        for row, (problem, item) in zip(rows, requests_of(rows), strict=True):
             if item is None:
                 rejected[row.id] = problem or "invalid"
                 continue
@@ -99,12 +130,31 @@ class Intake:
             sent.append(row)
         if not items:
             return
-        outcomes = await self.service.enqueue_many(queue, items)
+        outcomes = await self._enqueue(queue, items)
         for row, outcome in zip(sent, outcomes, strict=True):
             if outcome.status in (InsertStatus.CREATED, InsertStatus.EXISTS):
                 ingested.append(row.id)
             else:
                 rejected[row.id] = f"{outcome.status}: {outcome.error or ''}".rstrip(": ")
+
+    async def _enqueue(self, queue: str,
+                       items: list[tuple[str, EnqueueRequest]]) -> list[InsertOutcome]:
+        """``enqueue_many`` in chunks, :data:`IN_FLIGHT` at a time (the daemon builds
+        one chunk while the database writes another), when the order of the rows
+        cannot matter: no id twice, no ordering key (a merging queue merges in order);
+        else in one call, in order."""
+        chunks = [items[i:i + CHUNK] for i in range(0, len(items), CHUNK)]
+        if (len(chunks) == 1 or len({job_id for job_id, _ in items}) < len(items)
+                or any(request.ordering_key is not None for _, request in items)):
+            return await self.service.enqueue_many(queue, items)
+        slots = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(chunk: list[tuple[str, EnqueueRequest]]) -> list[InsertOutcome]:
+            async with slots:
+                return await self.service.enqueue_many(queue, chunk)
+
+        done = await asyncio.gather(*(one(c) for c in chunks))
+        return [outcome for chunk in done for outcome in chunk]
 
     async def _orphans(self, known: Collection[str], now: datetime) -> None:
         if self._orphans_at is not None and now - self._orphans_at < ORPHAN_EVERY:
@@ -123,7 +173,43 @@ class Intake:
                 self.rejected[row.queue] = self.rejected.get(row.queue, 0) + 1
 
 
-def request_of(row: IntakeRow) -> tuple[str | None, tuple[str, EnqueueRequest] | None]:
+class _UncheckedRequest(EnqueueRequest):
+    """An enqueue body whose ``data`` :func:`requests_of` checks itself: every
+    row's data in one walk instead of one validator call per row."""
+
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+_REQUESTS: TypeAdapter[list[_UncheckedRequest]] = TypeAdapter(list[_UncheckedRequest])
+Verdict = tuple[str | None, tuple[str, EnqueueRequest] | None]
+
+
+def requests_of(rows: list[IntakeRow]) -> list[Verdict]:
+    """:func:`request_of` for each row: the whole batch in one validation when
+    every row is good (the usual case), else row by row, each with its own error."""
+    bodies: list[dict[str, Any]] = []
+    ids: list[str] = []
+    for row in rows:
+        job_id = row.job_id if row.job_id is not None else f"intake-{row.id}"
+        fields = row.fields
+        if (not is_job_id(job_id) or not isinstance(fields, dict) or _NOT_FIELDS & set(fields)
+                or not isinstance(row.data, dict)):
+            return [request_of(r) for r in rows]
+        body = {**fields, "data": row.data}
+        if row.run_after is not None:
+            body["run_after"] = row.run_after
+        bodies.append(body)
+        ids.append(job_id)
+    try:
+        requests = _REQUESTS.validate_python(bodies)
+    except ValidationError:
+        return [request_of(r) for r in rows]
+    if json_problem([r.data for r in requests], max_depth=MAX_DEPTH + 1) is not None:
+        return [request_of(r) for r in rows]
+    return [(None, (job_id, request)) for job_id, request in zip(ids, requests, strict=True)]
+
+
+def request_of(row: IntakeRow) -> Verdict:
     """The (id, enqueue body) a row asks for, or why it cannot be one."""
     job_id = row.job_id if row.job_id is not None else f"intake-{row.id}"
     if not is_job_id(job_id):

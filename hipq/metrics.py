@@ -12,7 +12,12 @@ queue (SPEC 15) as its owner stored it: the scopes paused now
 kept by the owners in the database, so every daemon shows the same), the
 concurrency in force (``hipq_queue_effective_concurrency``, queues with a
 concurrency only) and the due jobs held back at the last tick by reason
-(``hipq_queue_held_jobs``).
+(``hipq_queue_held_jobs``). The intake (SPEC 16: enqueue from SQL) shows from the
+same read: rows not ingested yet (``hipq_intake_pending``) and rows rejected at ingest
+and kept with their error (``hipq_intake_rejected_total``, the rows in the table:
+deleting them reads as a counter reset), for every queue and for at most
+:data:`INTAKE_OTHER_QUEUES` names of queues that do not exist (the rest under
+``queue="(other)"``, which no queue id can be).
 
 Outcomes (``hipq_job_outcomes_total{outcome}``) count each ended try or job once:
 ``succeeded``, ``cancelled``; a try that ``timeout``-ed or was ``lost`` counts
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import re
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +48,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from hipq.config import QUEUE_ID_PATTERN
 from hipq.store import ChangeKind, QueueStats
 
 if TYPE_CHECKING:
@@ -57,6 +64,9 @@ OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout",
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
 HELD_REASONS = ("concurrency", "quota", "window", "rate_limit", "backoff", "ordering_key",
                 "throttler")  # SPEC 15; each shown per queue (0 when none)
+INTAKE_OTHER_QUEUES = 20  # names of unknown queues shown in the intake metrics, at most
+OTHER_QUEUE = "(other)"
+_QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
 _BY_ERROR = {"timeout": "timeout", "lost": "lost", "throttled": "throttled"}
 _FAILED = frozenset({"failed", "retried", "timeout", "lost"})
 
@@ -106,7 +116,8 @@ class QueueWord:
     held: Mapping[str, int] = field(default_factory=dict)
 
 
-GaugeReading = tuple[Sequence[QueueStats], Sequence[QueueWord]]
+IntakeCounts = Mapping[str, tuple[int, int]]  # (pending, rejected) rows by queue
+GaugeReading = tuple[Sequence[QueueStats], Sequence[QueueWord], IntakeCounts]
 
 
 class QueueGauges(Collector):
@@ -116,6 +127,7 @@ class QueueGauges(Collector):
     def __init__(self) -> None:
         self.stats: Sequence[QueueStats] = []
         self.words: Sequence[QueueWord] = []
+        self.intake: IntakeCounts = {}
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("hipq_queue_jobs", "Jobs of a queue by state (queued: all "
@@ -133,6 +145,7 @@ class QueueGauges(Collector):
             lag.add_metric([s.queue], s.oldest_due_age_seconds or 0.0)
         yield from (jobs, weight, lag)
         yield from self._partner()
+        yield from self._intake()
 
     def _partner(self) -> Iterator[Metric]:
         active = GaugeMetricFamily("hipq_backoff_active", "Scopes of a queue (the queue, or "
@@ -153,6 +166,34 @@ class QueueGauges(Collector):
             for reason in (*HELD_REASONS, *sorted(set(w.held) - set(HELD_REASONS))):
                 held.add_metric([w.queue, reason], w.held.get(reason, 0))
         yield from (active, throttled, effective, held)
+
+    def _intake(self) -> Iterator[Metric]:
+        pending = GaugeMetricFamily("hipq_intake_pending", "Jobs of a queue enqueued from "
+                                    "SQL that its owner has not ingested yet",
+                                    labels=["queue"])
+        rejected = CounterMetricFamily("hipq_intake_rejected", "Rows enqueued from SQL that "
+                                       "were rejected at ingest, kept with their error (GET "
+                                       "/v1/intake?status=rejected)", labels=["queue"])
+        for queue, (waiting, refused) in intake_by_label(
+                [s.queue for s in self.stats], self.intake).items():
+            pending.add_metric([queue], waiting)
+            rejected.add_metric([queue], refused)
+        yield from (pending, rejected)
+
+
+def intake_by_label(known: Sequence[str], counts: IntakeCounts) -> dict[str, tuple[int, int]]:
+    """The intake's (pending, rejected) rows by queue label: every known queue (0 when
+    none), the first :data:`INTAKE_OTHER_QUEUES` other names that could be queue ids,
+    and the rest summed under :data:`OTHER_QUEUE`."""
+    out = {queue: counts.get(queue, (0, 0)) for queue in known}
+    named = 0
+    for queue in sorted(set(counts) - set(out)):
+        label = OTHER_QUEUE
+        if named < INTAKE_OTHER_QUEUES and _QUEUE_ID.fullmatch(queue):
+            label, named = queue, named + 1
+        seen, (pending, rejected) = out.get(label, (0, 0)), counts[queue]
+        out[label] = (seen[0] + pending, seen[1] + rejected)
+    return out
 
 
 class Metrics:
@@ -223,7 +264,7 @@ class Metrics:
         async with self._refreshing:
             if (self._stats_at is None
                     or self._monotonic() - self._stats_at >= GAUGE_CACHE_SECONDS):
-                self.gauges.stats, self.gauges.words = await read()
+                self.gauges.stats, self.gauges.words, self.gauges.intake = await read()
                 self._stats_at = self._monotonic()
 
     def render(self) -> bytes:

@@ -25,6 +25,7 @@ from hipq.api.models import (
     BatchEnvelope,
     CallbackQuery,
     HealthOut,
+    IntakeCounts,
     JobOut,
     QueueList,
     QueueOut,
@@ -94,8 +95,14 @@ def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
     return QueueOut.model_validate({
         "id": record.id, "paused": record.paused, "config": config,
         "created_at": record.created_at, "updated_at": record.updated_at,
-        "stats": None if stats is None else QueueStatsOut.model_validate(
-            stats, from_attributes=True), **word})
+        "stats": None if stats is None else stats_out(stats, snapshot), **word})
+
+
+def stats_out(stats: QueueStats, snapshot: Snapshot | None) -> QueueStatsOut:
+    """A queue's counts, with its rows in the intake not ingested yet (SPEC 16)."""
+    out = QueueStatsOut.model_validate(stats, from_attributes=True)
+    pending = 0 if snapshot is None else snapshot.intake_pending(stats.queue)
+    return out.model_copy(update={"intake": pending}) if pending else out
 
 
 async def _one_queue(request: web.Request, queue: str) -> QueueOut:
@@ -308,9 +315,10 @@ async def templated_response(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     snapshot = await request.app[STATS].get()
-    queues = [QueueStatsOut.model_validate(s, from_attributes=True) for s in snapshot.queues]
+    queues = [stats_out(s, snapshot) for s in snapshot.queues]
     counts = ResponseCounts.model_validate(snapshot.responses)
-    return reply(StatsOut(queues=queues, responses=counts))
+    return reply(StatsOut(queues=queues, responses=counts,
+                          intake=IntakeCounts.model_validate(snapshot.intake_totals())))
 
 
 async def healthz(request: web.Request) -> web.Response:

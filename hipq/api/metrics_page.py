@@ -1,8 +1,8 @@
 """``GET /metrics``: the daemon's Prometheus registry (see :mod:`hipq.metrics`).
 The queue gauges are refreshed at most every 2 s, however often Prometheus (or
 several of them) scrape: each refresh renews the snapshot the queue routes share
-(:mod:`hipq.api.stats_cache`: counts and the partner's word) and reads the queue
-list (each queue's concurrency settings)."""
+(:mod:`hipq.api.stats_cache`: counts, the partner's word and the intake) and reads
+the queue list (each queue's concurrency settings)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ async def _reading(app: web.Application) -> GaugeReading:
     snapshot = await app[STATS].get(max_age=0)  # the gauges are cached (hipq.metrics)
     records = await service.list_queues()
     now = service.clock.now()
-    return snapshot.queues, [snapshot.word(r.id, r.config, now) for r in records]
+    return (snapshot.queues, [snapshot.word(r.id, r.config, now) for r in records],
+            snapshot.intake)
 
 
 async def metrics(request: web.Request) -> web.Response:

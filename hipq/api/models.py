@@ -101,6 +101,8 @@ class QueueStatsOut(_Out):
     running_weight: int
     oldest_due_age_seconds: float | None
     concurrency: int | None
+    intake: int = Field(default=0, description="jobs enqueued from SQL (hipq_enqueue(), "
+                        "hipq.sql) that its owner has not ingested yet")
 
 
 class BackoffOut(_Out):
@@ -227,9 +229,17 @@ class ResponseCounts(_Out):
     unmatched: int = 0
 
 
+class IntakeCounts(_Out):
+    pending: int = Field(default=0, description="rows enqueued from SQL, not ingested yet")
+    rejected: int = Field(default=0, description="rows rejected at ingest, kept with their "
+                          "error: GET /v1/intake?status=rejected")
+
+
 class StatsOut(_Out):
     queues: list[QueueStatsOut]
     responses: ResponseCounts
+    intake: IntakeCounts = Field(default_factory=IntakeCounts, description="the intake "
+                                 "(SPEC 16: enqueue from SQL) in all, every queue")
 
 
 class HealthOut(_Out):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel
 
-from hipq.api import dashboard, metrics_page, queued_jobs, responses_page
+from hipq.api import dashboard, intake_page, metrics_page, queued_jobs, responses_page
 from hipq.api import handlers as h
 from hipq.api import schedules_page as sched
 from hipq.api.auth import Role
@@ -115,6 +115,11 @@ ROUTES: tuple[Route, ...] = (
           "their key within responses.buffer_seconds), newest first, keyset-paginated; "
           "result and error cut to 4,096 characters of JSON", query=ResponsesQuery,
           answers={200: ResponsesPage}),
+    Route(method="GET", path="/v1/intake", handler=intake_page.rejected_rows, role=R,
+          tags=("jobs",), summary="Rows enqueued from SQL (hipq_enqueue(), hipq.sql) that "
+          "were rejected at ingest, with their error, newest first, keyset-paginated; "
+          "values over 4,096 characters cut", query=intake_page.IntakeQuery,
+          answers={200: intake_page.IntakePageOut}),
     Route(method="POST", path="/v1/responses/{key}", handler=h.signed_response, role=None,
           signed=True, tags=("responses",), summary="A downstream's response at its signed "
           "callback_url (no token; bad signature: 401; stale attempt: 409)",

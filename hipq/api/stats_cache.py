@@ -12,6 +12,9 @@ It also holds the partner's word (SPEC 15) as the owners stored it: every pause
 resume ends a queue's pauses in the store; :meth:`StatsCache.forget_pauses` drops
 them from the snapshot too (and from a refresh in flight), so no answer shows them
 after the resume.
+
+And the intake's rows (SPEC 16: enqueue from SQL) by queue, pending and rejected: one
+grouped count per refresh (docs/from-your-database.md).
 """
 
 from __future__ import annotations
@@ -41,11 +44,21 @@ class Snapshot:
     taken_at: float  # the clock's monotonic time
     pauses: Mapping[str, tuple[Backoff, ...]] = field(default_factory=dict)  # soonest end first
     states: Mapping[str, QueueState] = field(default_factory=dict)
+    intake: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # (pending, rejected)
 
     def queue(self, queue_id: str, *, paused: bool) -> QueueStats | None:
         """One queue's counts (``paused`` as the caller just read it)."""
         found = next((s for s in self.queues if s.queue == queue_id), None)
         return None if found is None else replace(found, paused=paused)
+
+    def intake_pending(self, queue_id: str) -> int:
+        """The queue's rows in the intake, not ingested yet."""
+        return self.intake.get(queue_id, (0, 0))[0]
+
+    def intake_totals(self) -> dict[str, int]:
+        """The intake's rows in all: pending and rejected (of every queue, known or not)."""
+        return {"pending": sum(p for p, _ in self.intake.values()),
+                "rejected": sum(r for _, r in self.intake.values())}
 
     def pauses_in_force(self, queue_id: str, now: datetime,
                         limit: int | None = None) -> list[Backoff]:
@@ -119,7 +132,8 @@ class StatsCache:
         responses = await self.service.response_counts()
         pauses = _by_queue(await store.backoff_list(queues=None))
         states = await store.queue_state_list(queues=None)
-        snap = Snapshot(queues, responses, self.clock.monotonic(), pauses, states)
+        intake = await store.intake_counts()
+        snap = Snapshot(queues, responses, self.clock.monotonic(), pauses, states, intake)
         return snap.without_pauses(self._resumed)
 
     def forget_pauses(self, queue: str) -> None:

@@ -1,4 +1,4 @@
-"""The operator's commands: status, jobs, cancel, pause, resume, prune. Each works
+"""The operator's commands: status, jobs, intake, cancel, pause, resume, prune. Each works
 on the database named in the config; no daemon needs to run."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hipq.live_jobs import InvalidCursor, list_live
 from hipq.log import printable
 from hipq.service import Hipq
 from hipq.store import QueueStats, Store
+from hipq.store.records import IntakeRow
 
 MAX_LIST = 1000
 
@@ -138,6 +139,59 @@ def jobs_table(jobs: Sequence[Job], state: str) -> str:
                      f"{job.priority:>5} {stamp:<20} {error}")
     if not jobs:
         lines.append(f"(no {state} jobs)")
+    return "\n".join(lines)
+
+
+# -- intake (SPEC 16: enqueue from SQL; docs/from-your-database.md) ---------------------
+
+
+def cmd_intake(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= MAX_LIST:
+        raise ConfigError(f"--limit must be between 1 and {MAX_LIST}, got {args.limit}")
+    return run_command(args, _intake)
+
+
+async def _intake(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.rejected:
+        counts = await with_store(settings, lambda store: store.intake_counts())
+        if args.queue is not None:
+            counts = {q: c for q, c in counts.items() if q == args.queue}
+        _print(json.dumps(intake_counts_json(counts)) if args.json else intake_table(counts))
+        return 0
+    rows = await with_store(settings, lambda store: store.intake_rejected_page(
+        limit=args.limit, queue=args.queue))
+    if args.json:
+        for row in rows:
+            _print(json.dumps(row.to_json()))
+    else:
+        _print(rejected_table(rows))
+    return 0
+
+
+def intake_counts_json(counts: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    return {"intake": {"pending": sum(p for p, _ in counts.values()),
+                       "rejected": sum(r for _, r in counts.values())},
+            "queues": [{"queue": q, "pending": p, "rejected": r}
+                       for q, (p, r) in sorted(counts.items())]}
+
+
+def intake_table(counts: dict[str, tuple[int, int]]) -> str:
+    lines = [f"{'queue':<40} {'pending':>8} {'rejected':>9}"]
+    lines += [f"{printable(q):<40} {p:>8} {r:>9}" for q, (p, r) in sorted(counts.items())]
+    if not counts:
+        lines.append("(the intake is empty)")
+    return "\n".join(lines)
+
+
+def rejected_table(rows: Sequence[IntakeRow]) -> str:
+    lines = [f"{'rejected_at':<20} {'queue':<20} {'id':<30} error"]
+    for row in rows:
+        at = "-" if row.rejected_at is None else f"{row.rejected_at:%Y-%m-%d %H:%M:%S}"
+        job_id = "-" if row.job_id is None else printable(row.job_id[:60])
+        lines.append(f"{at:<20} {printable(row.queue[:60]):<20} {job_id:<30} "
+                     f"{printable((row.error or '')[:200])}")
+    if not rows:
+        lines.append("(no rejected rows)")
     return "\n".join(lines)
 
 

@@ -68,6 +68,17 @@ def _jobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
+def _intake(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rejected", action="store_true",
+                   help="list the rejected rows with their error, newest first (without it: "
+                        "the rows by queue, pending and rejected)")
+    p.add_argument("--queue", default=None, help="only the rows naming this queue")
+    p.add_argument("--limit", type=int, default=50,
+                   help="at most this many rows with --rejected (default 50)")
+    p.add_argument("--json", action="store_true",
+                   help="JSON: one object per row with --rejected, else one document")
+
+
 def _prune(p: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than-days", type=float, default=None,
                    help="default: archive.retention_days of the config (30)")
@@ -106,6 +117,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("jobs", "list a queue's jobs: queued, running, or finished",
             "  hipq jobs emails\n  hipq jobs emails --state running\n"
             "  hipq jobs emails --state failed --limit 10", f"{_J}:cmd_jobs", _jobs),
+    Command("intake", "jobs enqueued from SQL (hipq_enqueue(), hipq.sql): the rows not "
+            "ingested yet, and those rejected with their error",
+            "  hipq intake\n  hipq intake --rejected\n"
+            "  hipq intake --rejected --queue orders --limit 10 --json",
+            f"{_J}:cmd_intake", _intake),
     Command("show", "one job with every try", "  hipq show emails welcome-42",
             f"{_M}:cmd_show", _queue_and_id),
     Command("cancel", "cancel a queued job (a running one: at its owner's next tick)",

@@ -343,8 +343,10 @@ class Store(Protocol):
 
     # -- the intake: enqueue from SQL (SPEC 16) --------------------------------------------
 
-    async def intake_pending(self, *, queues: Sequence[str], limit: int) -> list[IntakeRow]:
-        """At most ``limit`` pending intake rows of these queues, oldest first."""
+    async def intake_pending(self, *, queues: Sequence[str], limit: int,
+                             after: int = 0) -> list[IntakeRow]:
+        """At most ``limit`` pending intake rows of these queues with ids above
+        ``after``, oldest first."""
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:

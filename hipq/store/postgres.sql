@@ -755,7 +755,7 @@ DELETE FROM daemons WHERE owner = :owner
 
 -- name: intake_pending
 SELECT * FROM job_intake
-WHERE error IS NULL AND queue = ANY(:queues::text[]) ORDER BY id LIMIT :limit
+WHERE error IS NULL AND queue = ANY(:queues::text[]) AND id > :after ORDER BY id LIMIT :limit
 
 -- name: intake_orphans
 SELECT * FROM job_intake

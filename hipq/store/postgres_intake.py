@@ -21,9 +21,10 @@ class IntakeStatements:
     async def _execute(self, name: str, **values: Any) -> int:
         raise NotImplementedError
 
-    async def intake_pending(self, *, queues: Sequence[str], limit: int) -> list[IntakeRow]:
+    async def intake_pending(self, *, queues: Sequence[str], limit: int,
+                             after: int = 0) -> list[IntakeRow]:
         return [intake_of(r) for r in await self._fetch("intake_pending", queues=list(queues),
-                                                         limit=limit)]
+                                                         limit=limit, after=after)]
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:

@@ -25,9 +25,11 @@ class SQLiteIntake(SQLiteReads):
         async with self._tx() as conn:
             return [intake_of(r._mapping) for r in await conn.execute(stmt)]
 
-    async def intake_pending(self, *, queues: Sequence[str], limit: int) -> list[IntakeRow]:
-        return await self._rows(sa.select(_t).where(_PENDING, _t.c.queue.in_(list(queues)))
-                                .order_by(_t.c.id).limit(limit))
+    async def intake_pending(self, *, queues: Sequence[str], limit: int,
+                             after: int = 0) -> list[IntakeRow]:
+        return await self._rows(sa.select(_t).where(
+            _PENDING, _t.c.queue.in_(list(queues)), _t.c.id > after)
+            .order_by(_t.c.id).limit(limit))
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:

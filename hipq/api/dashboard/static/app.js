@@ -119,18 +119,25 @@ async function queuesView() {
   sample(text);
   const rows = stats.queues.map((q) => `<tr data-queue="${esc(q.queue)}">
     <td><a href="#/queue/${enc(q.queue)}">${esc(q.queue)}</a> ${q.paused ? badge("paused") : ""}</td>
-    <td class="num">${q.queued}</td><td class="num">${q.due}</td>
+    <td class="num">${q.queued}${q.intake ? ` <span class="intake" data-intake="${q.intake}"
+      title="enqueued from SQL, not ingested yet">+${q.intake} from SQL</span>` : ""}</td>
+    <td class="num">${q.due}</td>
     <td class="num">${q.running}</td>
     <td class="num">${q.running_weight}/${q.concurrency ?? "&infin;"}</td>
     <td class="num">${q.oldest_due_age_seconds == null ? "-" : q.oldest_due_age_seconds.toFixed(1) + " s"}</td>
     <td>${may("admin") ? `<button class="toggle" data-queue="${esc(q.queue)}"
       data-paused="${q.paused}">${q.paused ? "resume" : "pause"}</button>` : ""}</td></tr>`);
   const r = stats.responses;
+  const intake = stats.intake || { pending: 0, rejected: 0 };
   $("#view").innerHTML = `${takeFlash()}<div class="grid"><section><h2>Queues</h2>
     <table id="queues"><thead><tr><th>queue</th><th class="num">queued</th><th class="num">due</th>
     <th class="num">running</th><th class="num">weight/capacity</th><th class="num">lag</th><th></th>
     </tr></thead><tbody>${rows.join("") || '<tr><td colspan="7" class="muted">no queues</td></tr>'}
-    </tbody></table></section>
+    </tbody></table>${intake.pending || intake.rejected ? `<p id="intake" class="muted">Enqueued
+    from SQL: <span data-count="pending">${intake.pending}</span> waiting to be ingested,
+    <span data-count="rejected">${intake.rejected}</span> rejected (listed by
+    <code>GET /v1/intake?status=rejected</code> and <code>hipq intake --rejected</code>).</p>` : ""}
+    </section>
     <section><h2>Throughput (jobs/s)</h2>${chart()}
     <p class="muted"><span style="color:var(--ok)">&#9632;</span> succeeded
     <span style="color:var(--bad)">&#9632;</span> failed or retried</p></section></div>
