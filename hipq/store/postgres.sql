@@ -752,13 +752,17 @@ ORDER BY owner
 DELETE FROM daemons WHERE owner = :owner
 
 -- -- the intake: enqueue from SQL (SPEC 16) -------------------------------------------
+-- JSON columns are read as their text: ingestion validates the text of a batch in
+-- one go, and a value nested too deeply for Python's decoder stays text (rejected).
 
 -- name: intake_pending
-SELECT * FROM job_intake
+SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
+FROM job_intake
 WHERE error IS NULL AND queue = ANY(:queues::text[]) AND id > :after ORDER BY id LIMIT :limit
 
 -- name: intake_orphans
-SELECT * FROM job_intake
+SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
+FROM job_intake
 WHERE error IS NULL AND NOT (queue = ANY(:known::text[])) AND enqueued_at < :before
 ORDER BY id LIMIT :limit
 
@@ -770,11 +774,13 @@ FROM unnest(:rejected_ids::int8[], :errors::text[]) AS r(id, error)
 WHERE i.id = r.id AND i.error IS NULL
 
 -- name: intake_find
-SELECT * FROM job_intake WHERE queue = :queue AND job_id = :job_id AND error IS NULL
+SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
+FROM job_intake WHERE queue = :queue AND job_id = :job_id AND error IS NULL
 ORDER BY id LIMIT 1
 
 -- name: intake_rejected_page
-SELECT * FROM job_intake
+SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
+FROM job_intake
 WHERE error IS NOT NULL AND (:queue::text IS NULL OR queue = :queue)
   AND (rejected_at, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
                            COALESCE(:after_id::int8, 9223372036854775807))

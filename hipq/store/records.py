@@ -158,17 +158,30 @@ class IntakeRow:
         def iso(value: datetime | None) -> str | None:
             return None if value is None else value.isoformat().replace("+00:00", "Z")
         return {"intake_id": self.id, "queue": self.queue, "id": self.job_id,
-                "data": self.data, "run_after": iso(self.run_after), "fields": self.fields,
-                "enqueued_at": iso(self.enqueued_at), "error": self.error,
-                "rejected_at": iso(self.rejected_at)}
+                "data": json_value(self.data)[0], "run_after": iso(self.run_after),
+                "fields": json_value(self.fields)[0], "enqueued_at": iso(self.enqueued_at),
+                "error": self.error, "rejected_at": iso(self.rejected_at)}
+
+
+def json_value(raw: Any) -> tuple[Any, str | None]:
+    """A column's JSON: as the driver gave it (decoded), or decoded from its text;
+    text that Python cannot decode (nested past the interpreter's recursion limit)
+    stays text, with why."""
+    if not isinstance(raw, str):
+        return raw, None
+    try:
+        return json.loads(raw), None
+    except RecursionError:
+        return raw, "nested too deeply"
+    except ValueError as exc:
+        return raw, f"not JSON: {exc}"
 
 
 def intake_of(row: Any) -> IntakeRow:
-    data, fields = row["data"], row["fields"]
+    """An IntakeRow; ``data`` and ``fields`` as the driver gives them (PostgreSQL:
+    JSON text, decoded only where needed: :func:`json_value`)."""
     return IntakeRow(id=row["id"], queue=row["queue"], job_id=row["job_id"],
-                     data=json.loads(data) if isinstance(data, str) else data,
-                     run_after=row["run_after"],
-                     fields=json.loads(fields) if isinstance(fields, str) else fields,
+                     data=row["data"], run_after=row["run_after"], fields=row["fields"],
                      enqueued_at=row["enqueued_at"], error=row["error"],
                      rejected_at=row["rejected_at"])
 

@@ -16,6 +16,9 @@ from hipq.store.sqlite_reads import SQLiteReads
 
 _t = s.job_intake
 _PENDING = _t.c.error.is_(None)
+# the columns, JSON as its text (ingestion validates the text in one go)
+_RAW = [sa.type_coerce(c, sa.Text).label(c.name) if c.name in ("data", "fields") else c
+        for c in _t.columns]
 
 
 class SQLiteIntake(SQLiteReads):
@@ -27,13 +30,13 @@ class SQLiteIntake(SQLiteReads):
 
     async def intake_pending(self, *, queues: Sequence[str], limit: int,
                              after: int = 0) -> list[IntakeRow]:
-        return await self._rows(sa.select(_t).where(
+        return await self._rows(sa.select(*_RAW).where(
             _PENDING, _t.c.queue.in_(list(queues)), _t.c.id > after)
             .order_by(_t.c.id).limit(limit))
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:
-        return await self._rows(sa.select(_t).where(
+        return await self._rows(sa.select(*_RAW).where(
             _PENDING, _t.c.queue.not_in(list(known)), _t.c.enqueued_at < before)
             .order_by(_t.c.id).limit(limit))
 
@@ -52,14 +55,14 @@ class SQLiteIntake(SQLiteReads):
                     [{"b_id": i, "b_error": e} for i, e in rejected.items()])
 
     async def intake_find(self, queue: str, job_id: str) -> IntakeRow | None:
-        rows = await self._rows(sa.select(_t).where(
+        rows = await self._rows(sa.select(*_RAW).where(
             _PENDING, _t.c.queue == queue, _t.c.job_id == job_id).order_by(_t.c.id).limit(1))
         return rows[0] if rows else None
 
     async def intake_rejected_page(self, *, limit: int, queue: str | None = None,
                                    after: tuple[datetime, int] | None = None
                                    ) -> list[IntakeRow]:
-        stmt = sa.select(_t).where(_t.c.error.is_not(None))
+        stmt = sa.select(*_RAW).where(_t.c.error.is_not(None))
         if queue is not None:
             stmt = stmt.where(_t.c.queue == queue)
         if after is not None:

@@ -146,3 +146,47 @@ async def test_a_job_still_in_the_intake_is_found(live: LiveFactory, db_url: str
     status, job = await api.call("GET", "/v1/jobs/later/j1")
     assert status == 200, job
     assert (job["status"], job["data"], job["attempt"]) == ("queued", {"k": 1}, 0)
+
+
+async def test_a_row_nested_too_deeply_is_rejected_and_the_others_go_on(
+        live: LiveFactory, downstream: Downstream, db_url: str) -> None:
+    api = (await live()).api
+    assert (await api.call("POST", "/v1/jobs", http_queue("orders", downstream.url)))[0] == 201
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    psql(db_url, f"""SELECT hipq_enqueue('orders', 'deep', '{deep}');
+        SELECT hipq_enqueue('orders', 'fine', '{{"ok": true}}');""")
+    await downstream.wait_for(1, within=10)
+    assert downstream.received[0]["id"] == "fine"
+    deadline = time.monotonic() + 10
+    while not (rejected := await intake_rows(db_url)):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    assert [(q, j) for q, j, _ in rejected] == [("orders", "deep")]
+    assert "deep" in rejected[0][2]
+
+
+def test_a_batch_and_a_row_alone_make_the_same_request() -> None:
+    """Ingestion validates a batch as one JSON document, or row by row when one row
+    is bad: a re-ingest after a crash must find the same body (else a conflict)."""
+    from datetime import UTC, datetime
+
+    from hipq.intake import request_of, requests_of
+    from hipq.store.records import IntakeRow
+
+    now = datetime(2026, 1, 5, 12, tzinfo=UTC)
+    rows = [
+        IntakeRow(id=1, queue="q", job_id="a", data='{"x": [1, 2.5, "é"]}', run_after=None,
+                  fields="{}", enqueued_at=now),
+        IntakeRow(id=2, queue="q", job_id=None, data="{}", run_after=now,
+                  fields='{"priority": 3, "ordering_key": "k"}', enqueued_at=now),
+        IntakeRow(id=3, queue="q", job_id="c", data={"y": {"z": None}}, run_after=None,
+                  fields={"critical": True}, enqueued_at=now),
+    ]
+    together = requests_of(rows)
+    for row, (problem, item) in zip(rows, together, strict=True):
+        alone_problem, alone = request_of(row)
+        assert problem is None and alone_problem is None
+        assert item is not None and alone is not None
+        assert item[0] == alone[0]
+        assert item[1].body_hash() == alone[1].body_hash()
+    assert together[1][1] is not None and together[1][1][0] == "intake-2"
