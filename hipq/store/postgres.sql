@@ -756,15 +756,37 @@ DELETE FROM daemons WHERE owner = :owner
 -- one go, and a value nested too deeply for Python's decoder stays text (rejected).
 
 -- name: intake_pending
-SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
-FROM job_intake
-WHERE error IS NULL AND queue = ANY(:queues::text[]) AND id > :after ORDER BY id LIMIT :limit
+-- Each queue's rows read in its index order, at most :limit of each (a queue list
+-- in one index condition would read every pending row and sort them); the JSON is
+-- turned to text for the rows kept only.
+SELECT i.id, i.queue, i.job_id, i.data::text AS data, i.run_after,
+       i.fields::text AS fields, i.enqueued_at, i.error, i.rejected_at
+FROM unnest(:queues::text[]) AS q(queue)
+CROSS JOIN LATERAL (
+    SELECT * FROM job_intake j
+    WHERE j.error IS NULL AND j.queue = q.queue AND j.id > :after
+    ORDER BY j.id LIMIT :limit) AS i
+ORDER BY i.id LIMIT :limit
 
 -- name: intake_orphans
-SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
-FROM job_intake
-WHERE error IS NULL AND NOT (queue = ANY(:known::text[])) AND enqueued_at < :before
-ORDER BY id LIMIT :limit
+-- Pending rows of queues not in :known: the distinct queues of the pending index
+-- found by skipping through it (one probe per queue, not one per row), then the
+-- old rows of each unknown one.
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM job_intake WHERE error IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM job_intake j WHERE j.error IS NULL AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q WHERE q.queue IS NOT NULL)
+SELECT i.id, i.queue, i.job_id, i.data::text AS data, i.run_after,
+       i.fields::text AS fields, i.enqueued_at, i.error, i.rejected_at
+FROM queues q
+CROSS JOIN LATERAL (
+    SELECT * FROM job_intake j
+    WHERE j.error IS NULL AND j.queue = q.queue AND j.enqueued_at < :before
+    ORDER BY j.id LIMIT :limit) AS i
+WHERE q.queue IS NOT NULL AND NOT (q.queue = ANY(:known::text[]))
+ORDER BY i.id LIMIT :limit
 
 -- name: intake_done
 -- Ingested rows go, rejected ones keep their error; only rows still pending.

@@ -30,9 +30,12 @@ class SQLiteIntake(SQLiteReads):
 
     async def intake_pending(self, *, queues: Sequence[str], limit: int,
                              after: int = 0) -> list[IntakeRow]:
-        return await self._rows(sa.select(*_RAW).where(
-            _PENDING, _t.c.queue.in_(list(queues)), _t.c.id > after)
-            .order_by(_t.c.id).limit(limit))
+        rows: list[IntakeRow] = []
+        for queue in queues:  # each in its index order (a list would read all and sort)
+            rows += await self._rows(sa.select(*_RAW).where(
+                _PENDING, _t.c.queue == queue, _t.c.id > after)
+                .order_by(_t.c.id).limit(limit))
+        return sorted(rows, key=lambda r: r.id)[:limit]
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:
