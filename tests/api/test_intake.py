@@ -185,8 +185,11 @@ def test_a_batch_and_a_row_alone_make_the_same_request() -> None:
     together = requests_of(rows)
     for row, (problem, item) in zip(rows, together, strict=True):
         alone_problem, alone = request_of(row)
-        assert problem is None and alone_problem is None
-        assert item is not None and alone is not None
+        assert problem is None
+        assert alone_problem is None
+        assert item is not None
+        assert alone is not None
         assert item[0] == alone[0]
         assert item[1].body_hash() == alone[1].body_hash()
-    assert together[1][1] is not None and together[1][1][0] == "intake-2"
+    assert together[1][1] is not None
+    assert together[1][1][0] == "intake-2"
