@@ -54,32 +54,19 @@ import psutil
 
 from hipq.downstream.partner import PartnerProcess
 
-if __package__:  # imported as bench.partner_proof (the tests, python -m bench.partner_proof)
-    from bench.common import (
-        Daemon,
-        drop_database,
-        free_port,
-        fresh_database,
-        hipq_config,
-        hipq_daemon,
-        loadavg,
-        log,
-        machine,
-        postgres,
-    )
-else:  # bench/ is on sys.path (bench/harness.py runs as a script)
-    from common import (  # type: ignore[no-redef]
-        Daemon,
-        drop_database,
-        free_port,
-        fresh_database,
-        hipq_config,
-        hipq_daemon,
-        loadavg,
-        log,
-        machine,
-        postgres,
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: a module or a script
+from common import (
+    Daemon,
+    drop_database,
+    free_port,
+    fresh_database,
+    hipq_config,
+    hipq_daemon,
+    loadavg,
+    log,
+    machine,
+    postgres,
+)
 
 QUEUE = "partner"
 PARTNER_CONCURRENCY = 10

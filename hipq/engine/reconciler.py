@@ -418,15 +418,24 @@ class Reconciler:
         entry are copied by :func:`change_for`, retry plugins get deep copies."""
         changes = []
         strategies: dict[str, tuple[QueueSpec | None, RetryFn | None]] = {}  # per queue
+        listening: dict[str, bool] = {}  # per queue: a success tells the partner's word
         finished = retried = throttled = 0
+        succeeded = JobState.SUCCEEDED
         for held in changed:
             queue = held.queue
             strategy = strategies.get(queue)
             if strategy is None:
                 strategy = strategies[queue] = self._retry_of(queues.get(queue))
-            paused_until = self._partner_heard(held, strategy[0], now)
-            if paused_until is not None:
-                throttled += 1
+                spec = strategy[0]
+                listening[queue] = spec is not None and (
+                    spec.adaptive is not None or self.partner.has_pauses(queue))
+            paused_until = None
+            outcome = held.outcome
+            if listening[queue] or (outcome is not None and outcome.status is not succeeded):
+                paused_until = self._partner_heard(held, strategy[0], now)
+                if paused_until is not None:
+                    throttled += 1
+                    listening[queue] = True  # it has a pause now: later successes end its row
             change = change_for(held, strategy[0], strategy[1], now, paused_until=paused_until)
             if change.kind is ChangeKind.ARCHIVE:
                 finished += 1
@@ -447,10 +456,9 @@ class Reconciler:
         if spec is None or outcome is None or held.queue not in self.held:
             return None
         partner = self.partner
-        if outcome.status is JobState.SUCCEEDED:
-            if spec.adaptive is not None or partner.has_pauses(spec.id):
-                partner.succeeded(spec, held.scope if held.job is None
-                                  else self._scope(spec, held.job), now)
+        if outcome.status is JobState.SUCCEEDED:  # only where the queue listens (_changes)
+            partner.succeeded(spec, held.scope if held.job is None
+                              else self._scope(spec, held.job), now)
             return None
         error = outcome.error
         if error is None:
