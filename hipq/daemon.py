@@ -408,6 +408,7 @@ class Daemon:
         reconciler = self.reconciler
         reconciler.stop()
         await self._driver.stop()  # its tick in progress ends; no other starts
+        self.parts.intake.close()
         try:
             try:
                 await asyncio.wait_for(reconciler.drain(), SHUTDOWN_GRACE_SECONDS)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -60,6 +61,9 @@ class Intake:
         self.rejected: dict[str, int] = {}  # by queue, since start (metrics read the DB)
         self._orphans_at: datetime | None = None
         self.last_id = 0  # the largest row id seen (SQLite's watcher compares it)
+        # the next batch, read while the last one of a full call was enqueued: the
+        # next call starts on it (no read between two ticks of a burst)
+        self._ahead: tuple[tuple[str, ...], asyncio.Future[list[IntakeRow]]] | None = None
 
     async def ingest(self, owned: Collection[str], known: Collection[str]) -> bool:
         """Ingest pending rows of the ``owned`` queues (and reject old rows of queues
@@ -67,32 +71,71 @@ class Intake:
         now = self.clock.now()
         await self._orphans(known, now)
         if not owned:
+            self.close()
             return False
-        queues = sorted(owned)
-        rows = await self.store.intake_pending(queues=queues, limit=INGEST_BATCH)
+        queues = tuple(sorted(owned))
+        return await self._burst(queues, await self._first(queues), now)
+
+    async def _burst(self, queues: tuple[str, ...], rows: list[IntakeRow],
+                     now: datetime) -> bool:
+        """Up to :data:`BATCHES_PER_CALL` batches from ``rows`` on, each read while
+        the one before is enqueued; True when the last one was full (the batch after
+        it is read ahead for the next call)."""
         done: asyncio.Future[None] | None = None
+        following: asyncio.Future[list[IntakeRow]] | None = None
         try:
             for batch in range(BATCHES_PER_CALL):
                 if not rows:
-                    break
+                    return False
                 self.last_id = max(self.last_id, rows[-1].id)
-                full = len(rows) >= INGEST_BATCH
                 following = None  # the next batch is read while this one is enqueued
-                if full and batch + 1 < BATCHES_PER_CALL:
+                if len(rows) >= INGEST_BATCH:
                     following = asyncio.ensure_future(self.store.intake_pending(
-                        queues=queues, limit=INGEST_BATCH, after=rows[-1].id))
+                        queues=list(queues), limit=INGEST_BATCH, after=rows[-1].id))
                 ingested, rejected = await self._batch(rows)
                 if done is not None:
                     await done
                 # this batch's rows go while the next one is enqueued (after its jobs)
                 done = asyncio.ensure_future(self._done(rows, ingested, rejected, now))
                 if following is None:
-                    return full
+                    return False
+                if batch + 1 == BATCHES_PER_CALL:  # the next call (tick) starts on it
+                    self._ahead, following = (queues, following), None
+                    return True
                 rows = await following
-            return bool(rows)
+            return False
+        except BaseException:
+            if following is not None:
+                _drop(following)
+            raise
         finally:
             if done is not None:
                 await done
+
+    async def _first(self, queues: tuple[str, ...]) -> list[IntakeRow]:
+        """The first batch of a call: the one read ahead by the last call when it was
+        for the same queues, else read now. A read ahead starts after the last row
+        read, so a burst goes on in id order; a row that commits late with a smaller
+        id is read once the burst ends (a call that finds less than a full batch
+        makes the next one start from the beginning)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            for_queues, future = ahead
+            if for_queues == queues:
+                try:
+                    return await future
+                except HipqError as exc:
+                    log.warning("intake: read ahead failed: %s", exc,
+                                extra={"action": "intake_error"})
+            else:
+                _drop(future)
+        return await self.store.intake_pending(queues=list(queues), limit=INGEST_BATCH)
+
+    def close(self) -> None:
+        """Drop a read ahead (the daemon stops)."""
+        if self._ahead is not None:
+            _drop(self._ahead[1])
+            self._ahead = None
 
     async def _batch(self, rows: list[IntakeRow]) -> tuple[list[int], dict[int, str]]:
         by_queue: dict[str, list[IntakeRow]] = {}
@@ -174,6 +217,15 @@ class Intake:
                 self.rejected[row.queue] = self.rejected.get(row.queue, 0) + 1
 
 
+def _drop(future: asyncio.Future[Any]) -> None:
+    """Cancel a read nobody will use (its failure, if it failed, is not news)."""
+    if future.done():
+        if not future.cancelled():
+            future.exception()
+    else:
+        future.cancel()
+
+
 class _UncheckedRequest(EnqueueRequest):
     """An enqueue body whose ``data`` :func:`requests_of` checks itself: every
     row's data in one walk instead of one validator call per row."""
@@ -198,13 +250,30 @@ def requests_of(rows: list[IntakeRow]) -> list[Verdict]:
             return [request_of(r) for r in rows]
         texts.append(body)
         ids.append(job_id)
+    document = f"[{','.join(texts)}]"
     try:
-        requests = _REQUESTS.validate_json(f"[{','.join(texts)}]")
+        requests = _REQUESTS.validate_json(document)
     except ValidationError:
         return [request_of(r) for r in rows]
-    if json_problem([r.data for r in requests], max_depth=MAX_DEPTH + 1) is not None:
+    if not _plain(document, texts) and json_problem(
+            [r.data for r in requests], max_depth=MAX_DEPTH + 1) is not None:
         return [request_of(r) for r in rows]
     return [(None, (job_id, request)) for job_id, request in zip(ids, requests, strict=True)]
+
+
+_LONG_NUMBER = re.compile(r"\d{19}|[eE][+-]?\d{3}")
+
+
+def _plain(document: str, bodies: list[str]) -> bool:
+    """Whether the JSON text of a batch is storable by its text alone, so that
+    :func:`~hipq.values.json_problem` need not walk what it decoded to: no escape
+    (``\\u0000``, a lone surrogate), no number of 19 digits or more or with an
+    exponent of 3 digits (an integer past 64 bits, a float past its range), and no
+    body with more brackets than the depth allowed. A text that fails this may still
+    be fine: the walk then decides."""
+    if "\\u" in document or _LONG_NUMBER.search(document) is not None:
+        return False
+    return all(b.count("{") + b.count("[") <= MAX_DEPTH for b in bodies)
 
 
 def _body_text(row: IntakeRow) -> str | None:
