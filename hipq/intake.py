@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from hipq.api.json_types import type_problem
 from hipq.bodies import EnqueueRequest
 from hipq.clock import Clock
 from hipq.errors import HipqError, QueueNotFound
@@ -288,7 +289,8 @@ def _body_text(row: IntakeRow) -> str | None:
         head = "{"
     else:
         decoded, problem = json_value(fields)
-        if problem is not None or not isinstance(decoded, dict) or _NOT_FIELDS & set(decoded):
+        if (problem is not None or not isinstance(decoded, dict) or _NOT_FIELDS & set(decoded)
+                or type_problem(decoded, EnqueueRequest) is not None):
             return None
         head = json.dumps(decoded)[:-1] + "," if decoded else "{"
     if row.run_after is not None:
@@ -312,6 +314,10 @@ def request_of(row: IntakeRow) -> Verdict:
     clash = sorted(_NOT_FIELDS & set(fields))
     if clash:
         return f"fields may not set {', '.join(clash)} (columns of their own)", None
+    strict = type_problem(fields, EnqueueRequest)  # the API's JSON types: no 0 for false
+    if strict is not None:
+        where, message = strict
+        return f"invalid: {'.'.join(str(p) for p in where) or 'body'}: {message}", None
     body = {**fields, "data": data}
     if row.run_after is not None:
         body["run_after"] = row.run_after

@@ -1,8 +1,10 @@
-"""A burst of intake rows is ingested across ticks without a read between them: a
-call that ends on a full batch reads the next one ahead, and the next call starts on
-it (SPEC 16; hipq/intake.py). On each database: every row ends as one job, none is
-read twice, and a row that commits late with a smaller id is ingested once the
-burst ends."""
+"""Ingesting the intake (SPEC 16; hipq/intake.py), on each database.
+
+A burst of rows is ingested across ticks without a read between them: a call that
+ends on a full batch reads the next one ahead and the next call starts on it. Every
+row ends as one job, none is read twice, and a row that commits late with a smaller
+id is ingested once the burst ends. A batch is judged row by row as soon as one row
+is unstorable or of the wrong JSON types, as the API judges an enqueue."""
 
 from __future__ import annotations
 
@@ -143,3 +145,26 @@ def test_a_batch_with_an_unstorable_row_is_judged_row_by_row(data: str) -> None:
     verdicts = requests_of(rows)
     assert [problem is None for problem, _ in verdicts] == [True, False, True]
     assert requests_of([rows[0], rows[2]])[0][0] is None  # the plain batch: taken whole
+
+
+@pytest.mark.parametrize(("fields", "where"), [
+    ('{"critical": 0}', "critical"),     # 0 is not false, as over the API
+    ('{"priority": "5"}', "priority"),   # "5" is not 5
+])
+def test_fields_of_the_wrong_json_type_are_refused_as_the_api_refuses_them(
+        fields: str, where: str) -> None:
+    from datetime import UTC, datetime
+
+    from hipq.intake import requests_of
+    from hipq.store.records import IntakeRow
+
+    now = datetime(2026, 1, 5, 12, tzinfo=UTC)
+    rows = [IntakeRow(id=1, queue="q", job_id="ok", data="{}", run_after=None,
+                      fields='{"critical": true, "priority": 5}', enqueued_at=now),
+            IntakeRow(id=2, queue="q", job_id="bad", data="{}", run_after=None,
+                      fields=fields, enqueued_at=now)]
+    (ok, _), (problem, item) = requests_of(rows)
+    assert ok is None
+    assert item is None
+    assert problem is not None
+    assert where in problem
