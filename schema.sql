@@ -1,4 +1,4 @@
--- hipq schema version 7. Generated from hipq/store/schema.py
+-- hipq schema version 8. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -34,6 +34,7 @@ CREATE TABLE archived_jobs (
 	replay_of TEXT, 
 	body_hash TEXT NOT NULL, 
 	finished_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	trace TEXT, 
 	CONSTRAINT archived_jobs_pkey PRIMARY KEY (queue, id)
 );
 
@@ -125,6 +126,7 @@ CREATE TABLE jobs (
 	error JSONB, 
 	replay_of TEXT, 
 	body_hash TEXT NOT NULL, 
+	trace TEXT, 
 	CONSTRAINT jobs_pkey PRIMARY KEY (queue, id)
 );
 

@@ -22,7 +22,9 @@ def main() -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--http", metavar="DOWNSTREAM_URL")
     where.add_argument("--kafka", metavar="REQUEST_TOPIC")
-    parser.add_argument("--queue", default="greetings")
+    # not the tour's "greetings" (declared in hipq.yaml with a Python target): a queue
+    # of its own, so the producer never replaces a queue the config file declares
+    parser.add_argument("--queue", default="remote-greetings")
     args = parser.parse_args()
     target = ({"kind": "kafka", "topic": args.kafka} if args.kafka else
               {"kind": "http", "url": args.http + "/greet/{id}", "mode": "callback"})

@@ -11,6 +11,13 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from hipq.config import TimeWindow, known_timezone
 from hipq.jobs import DEFAULT_PRIORITY
+from hipq.tracing import (
+    TRACEPARENT_PATTERN,
+    TRACESTATE_PATTERN,
+    stored,
+    traceparent_field,
+    tracestate_field,
+)
 from hipq.values import INT32_MAX, checked
 
 
@@ -33,7 +40,33 @@ JobId = Annotated[str, Field(pattern=JOB_ID_NOT_DOTS)]
 JsonData = Annotated[dict[str, Any], AfterValidator(checked)]
 JsonAny = Annotated[Any, AfterValidator(checked)]
 Instant = Annotated[AwareDatetime, AfterValidator(_in_utc_range)]
-Key = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(checked)]
+# no NUL (the stores refuse it): published as a pattern, checked by hipq.values.checked
+NO_NUL = "^[^\\u0000]*$"
+Key = Annotated[str, Field(min_length=1, max_length=500, json_schema_extra={"pattern": NO_NUL}),
+                AfterValidator(checked)]
+
+
+def _traceparent(value: str) -> str:
+    parsed = traceparent_field(value)
+    if parsed is None:
+        raise ValueError("not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lower case, "
+                         "ids not all zero)")
+    return parsed
+
+
+def _tracestate(value: str) -> str:
+    parsed = tracestate_field(value)
+    if parsed is None:
+        raise ValueError("not a W3C tracestate (1-512 printable ASCII characters, no white "
+                         "space at either end)")
+    return parsed
+
+
+# the patterns (with look-aheads) are the document's; the validators check the same
+Traceparent = Annotated[str, Field(json_schema_extra={"pattern": TRACEPARENT_PATTERN}),
+                        AfterValidator(_traceparent)]
+Tracestate = Annotated[str, Field(json_schema_extra={"pattern": TRACESTATE_PATTERN}),
+                       AfterValidator(_tracestate)]
 
 
 class EnqueueRequest(BaseModel):
@@ -52,6 +85,20 @@ class EnqueueRequest(BaseModel):
     correlation_key: Key | None = None
     ordering_key: Key | None = None
     critical: bool = False
+    # the job's W3C trace context (SPEC 17, docs/traces.md); not part of the body hash
+    traceparent: Traceparent | None = Field(
+        default=None, description="a W3C traceparent for this job (else the request's "
+        "traceparent header, for every item of a batch); a malformed one is refused, a "
+        "malformed header ignored (docs/traces.md)")
+    tracestate: Tracestate | None = Field(
+        default=None, description="the W3C tracestate that goes with traceparent")
+
+    @property
+    def trace(self) -> str | None:
+        """The stored form of the body's own trace context (hipq.tracing), if any."""
+        if self.traceparent is None:
+            return None
+        return stored(self.traceparent, self.tracestate)
 
     def body_hash(self) -> str:
         """A stable digest of the request: equal bodies make an idempotent repeat."""
@@ -78,8 +125,9 @@ class BatchItem(EnqueueRequest):
     id: JobId
 
 
-_NOT_HASHED = {"id"}
-_DATA_ONLY = frozenset({"id", "data"})
+# a retried request may carry a new trace context: still the same job
+_NOT_HASHED = {"id", "traceparent", "tracestate"}
+_DATA_ONLY = frozenset({"id", "data", "traceparent", "tracestate"})
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 _PLAIN = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False)

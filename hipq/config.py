@@ -3,7 +3,8 @@
 ``load_config(path)`` reads the file, substitutes ``${VAR}`` / ``${VAR:-default}``
 from the environment, applies ``HIPQ_DATABASE_URL``, validates, and raises
 :class:`~hipq.errors.ConfigError` with one readable paragraph naming the file,
-the key path and what is wrong. Unknown keys are rejected everywhere.
+the key path and what is wrong. Unknown keys are rejected everywhere. A relative
+SQLite path in the file is relative to the file's directory (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
     model_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import PydanticCustomError
 
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
@@ -52,13 +55,29 @@ def known_timezone(value: str) -> str:
     return value
 
 
+def _plugin_path(value: Any) -> Any:
+    """A ``module:attr`` path, or an error that says how to write one (before the
+    pattern check, whose regex would say nothing to a user; the pattern stays in
+    the JSON schema)."""
+    if isinstance(value, str) and not re.match(PLUGIN_PATH_PATTERN, value):
+        module, dot, attr = value.rpartition(".")
+        hint = f" ({module}:{attr})" if dot and ":" not in value and module else ""
+        raise PydanticCustomError("plugin_path", "{message}", {"message": (
+            f"{value[:200]!r} is not a module:function path: use module:function{hint}")})
+    return value
+
+
+# ``module:attr``, as a Python target's function and every plugin are named
+PluginPath = Annotated[str, Field(pattern=PLUGIN_PATH_PATTERN), BeforeValidator(_plugin_path)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PythonTarget(_Strict):
     kind: Literal["python"]
-    function: Annotated[str, Field(pattern=PLUGIN_PATH_PATTERN)]
+    function: PluginPath
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -120,7 +139,7 @@ TargetConfig = Annotated[
 
 
 class PluginRef(_Strict):
-    plugin: Annotated[str, Field(pattern=PLUGIN_PATH_PATTERN)]
+    plugin: PluginPath
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -130,7 +149,7 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     strategy: str | None = None
-    plugin: Annotated[str | None, Field(pattern=PLUGIN_PATH_PATTERN)] = None
+    plugin: PluginPath | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -152,7 +171,7 @@ class RetryConfig(BaseModel):
 class CorrelationConfig(_Strict):
     request: str | None = None
     response: str | None = None
-    plugin: Annotated[str | None, Field(pattern=PLUGIN_PATH_PATTERN)] = None
+    plugin: PluginPath | None = None
 
 
 class TimeWindow(_Strict):
@@ -424,9 +443,17 @@ class ScheduleConfig(_Strict):
 # -- end of schedules ---------------------------------------------------------------
 
 
+class DashboardConfig(_Strict):
+    # a link from a job's page to its trace (docs/traces.md), e.g.
+    # "https://grafana.example/explore?traceId={trace_id}"
+    trace_url: str | None = Field(default=None, max_length=2000,
+                                  pattern=r"^https?://[^\s]*\{trace_id\}[^\s]*$")
+
+
 class Settings(_Strict):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
     kafka: KafkaConfig | None = None
@@ -501,11 +528,41 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     if path is not None:
         source = str(path)
         raw = _read_yaml(Path(path), env)
+        _resolve_database_path(raw, Path(path).absolute().parent)
     if env.get("HIPQ_DATABASE_URL"):
         raw.setdefault("database", {})
         if isinstance(raw["database"], dict):
             raw["database"]["url"] = env["HIPQ_DATABASE_URL"]
     return parse_settings(raw, source)
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a SQLite URL names, as written (maybe relative); None for another
+    database, an in-memory one or a ``file:`` URI."""
+    scheme, sep, rest = url.partition(":///")
+    if not sep or scheme.split("+", 1)[0] != "sqlite":
+        return None
+    path = rest.split("?", 1)[0]
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    return path
+
+
+def _resolve_database_path(raw: dict[str, Any], base: Path) -> None:
+    """A relative SQLite path written in the file is relative to the file's directory,
+    not to wherever the command runs (``hipq -c conf/hipq.yaml`` from anywhere finds
+    ``conf/hipq.db``); ``HIPQ_DATABASE_URL`` and the built-in default stay relative
+    to the current directory."""
+    database = raw.get("database")
+    if not isinstance(database, dict):
+        return
+    url = database.get("url")
+    if not isinstance(url, str) or (path := sqlite_file(url)) is None:
+        return
+    if Path(path).is_absolute():
+        return
+    head = url[:url.index(":///") + 4]
+    database["url"] = head + str(base / path) + url[len(head) + len(path):]
 
 
 def _read_yaml(path: Path, env: dict[str, str]) -> dict[str, Any]:

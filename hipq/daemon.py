@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from hipq import tracing
 from hipq.api import ApiDeps, ApiServer
 from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
@@ -168,7 +169,9 @@ class Daemon:
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
-                                    schedules=self.schedules, metrics=self.metrics))
+                                    schedules=self.schedules, metrics=self.metrics,
+                                    declared_queues={q.id: q for q in self.settings.queues},
+                                    trace_url=self.settings.dashboard.trace_url))
         reconciler = Reconciler(
             store, clock=self.clock, owner=self.owner, config=self.settings.reconcile,
             responses=self.settings.responses, on_wake=self.wake,
@@ -355,6 +358,8 @@ class Daemon:
             return False
         if self.metrics.observe_tick(result, self.clock.monotonic() - started):
             log_failures(result.ended)
+        if (tracer := tracing.tracer()).active:  # docs/traces.md: try spans end
+            tracer.tries_ended(result.ended)
         held = frozenset(self.reconciler.held)
         if held - self._held_before:  # queues gained: their intake rows may wait
             self._intake_due = True
@@ -418,6 +423,8 @@ class Daemon:
             result = await reconciler.run_once()
             if self.metrics.observe_tick(result, self.clock.monotonic() - started):
                 log_failures(result.ended)
+            if (tracer := tracing.tracer()).active:
+                tracer.tries_ended(result.ended)
             await reconciler.write_back_rates()
             await self.store.lease_release_all(owner=self.owner)
             await self.store.daemon_leave(owner=self.owner)

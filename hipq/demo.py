@@ -48,7 +48,7 @@ from aiohttp import web
 
 from hipq.bodies import EnqueueRequest
 from hipq.clock import Clock, SystemClock
-from hipq.config import Settings
+from hipq.config import Settings, load_config
 from hipq.daemon import Daemon
 from hipq.downstream.partner import PartnerError, PartnerProcess
 from hipq.engine.partner import effective_limit
@@ -256,9 +256,23 @@ class Progress:
         sys.stdout.flush()
 
 
+def with_user_config(settings: Settings, user: Settings | None, port: int | None) -> Settings:
+    """The demo's settings with what it takes from a config named by ``-c`` (or
+    ``$HIPQ_CONFIG``): ``api`` (host, port, tokens, ...) and ``logging``; its database
+    and its queues stay the demo's own. ``--port`` wins over the config's port."""
+    api = settings.api if user is None else user.api
+    if port is not None:
+        api = api.model_copy(update={"port": port})
+    update: dict[str, Any] = {"api": api}
+    if user is not None:
+        update["logging"] = user.logging
+    return settings.model_copy(update=update)
+
+
 class Demo:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, user: Settings | None = None) -> None:
         self.args = args
+        self.user = user
         self.clock = SystemClock()
         self.rng = random.Random(args.seed)
         self.stop = asyncio.Event()
@@ -294,8 +308,9 @@ class Demo:
 
     async def _with_downstream(self, directory: Path, downstream: FakeDownstream,
                                partner: PartnerProcess) -> int:
-        settings = demo_settings(directory, self.args.port, self.clock.now().hour,
-                                 downstream_url=downstream.url, partner_url=partner.url)
+        settings = with_user_config(
+            demo_settings(directory, 0, self.clock.now().hour, downstream_url=downstream.url,
+                          partner_url=partner.url), self.user, self.args.port)
         daemon = Daemon(settings, clock=self.clock)
         # halt, not self.stop: on Ctrl-C the summary still reads a running daemon
         ready, halt = asyncio.Event(), asyncio.Event()
@@ -435,11 +450,20 @@ class Demo:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """``hipq demo`` (the config file, if any, is not used)."""
-    setup_logging("WARNING")
-    # failed tries are part of the show: the summary counts them, one line each is noise
-    logging.getLogger("hipq.jobs").setLevel(logging.CRITICAL)
+    """``hipq demo``; with ``-c FILE`` (or ``$HIPQ_CONFIG``) its ``api`` and ``logging``
+    (:func:`with_user_config`); ``./hipq.yaml`` is not read unless named."""
     if args.jobs < 20 or args.jobs > 5000:
         sys.stderr.write("hipq: error: --jobs must be between 20 and 5000\n")
         return 2
-    return asyncio.run(Demo(args).run())
+    user = None
+    if args.config is not None:
+        from hipq.cli.commands import check_exposure
+
+        user = load_config(args.config)
+        check_exposure(user.api)
+        setup_logging(user.logging.level, user.logging.json_format)
+    else:
+        setup_logging("WARNING")
+        # failed tries are part of the show: the summary counts them, one line each is noise
+        logging.getLogger("hipq.jobs").setLevel(logging.CRITICAL)
+    return asyncio.run(Demo(args, user).run())

@@ -175,6 +175,8 @@ class Job:
     token: str = ""
     body_hash: str = ""
     finished_at: datetime | None = None
+    # the W3C trace context it was enqueued with (hipq.tracing: traceparent[ tracestate])
+    trace: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -217,6 +219,7 @@ class Job:
             "result": self.result,
             "error": self.error,
             "replay_of": self.replay_of,
+            "trace_id": None if self.trace is None else self.trace[3:35],
         }
 
 

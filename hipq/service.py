@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq import tracing
 from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.clock import Clock, SystemClock
 from hipq.config import HttpTarget as HttpTargetConfig
@@ -147,30 +148,39 @@ class Hipq:
     # -- jobs --------------------------------------------------------------------
 
     async def enqueue(self, queue: str, job_id: str | None,
-                      request: EnqueueRequest) -> InsertOutcome:
+                      request: EnqueueRequest, *, trace: str | None = None) -> InsertOutcome:
         """Enqueue one job. A repeat with the same body returns the existing job
-        (``EXISTS``); the same id with another body raises :class:`ConflictError`."""
-        (outcome,) = await self.enqueue_many(queue, [(job_id or new_job_id(), request)])
+        (``EXISTS``); the same id with another body raises :class:`ConflictError`.
+        ``trace``: the trace context of the request (docs/traces.md)."""
+        (outcome,) = await self.enqueue_many(queue, [(job_id or new_job_id(), request)],
+                                             trace=trace)
         if outcome.status is InsertStatus.CONFLICT:
             raise ConflictError(outcome.error or "conflict", queue=queue, job_id=outcome.id)
         if outcome.status is InsertStatus.INVALID:
             raise ValidationError(outcome.error or "invalid job")
         return outcome
 
-    async def enqueue_many(self, queue: str,
-                           items: Sequence[tuple[str, EnqueueRequest]]) -> list[InsertOutcome]:
-        """Enqueue many jobs in few statements; one outcome per item, in order."""
+    async def enqueue_many(self, queue: str, items: Sequence[tuple[str, EnqueueRequest]], *,
+                           trace: str | None = None) -> list[InsertOutcome]:
+        """Enqueue many jobs in few statements; one outcome per item, in order.
+        ``trace``: the stored form of the request's trace context (hipq.tracing), for
+        every item without its own ``traceparent``."""
         config = await self._enqueue_config(queue)
         now = self.clock.now()
+        spans = tracing.tracer().enqueue_spans(queue)
         results: dict[int, InsertOutcome] = {}
         jobs: list[tuple[int, Job]] = []
         tokens = os.urandom(16 * len(items)).hex()  # one system call per batch
         for index, (job_id, request) in enumerate(items):
             if index and not index % YIELD_EVERY:
                 await asyncio.sleep(0)  # noqa: TID251 (a yield: the reconcile loop runs meanwhile)
+            job_trace = trace if request.traceparent is None else request.trace
+            if spans is not None and job_trace is not None:
+                job_trace = spans.parent(job_trace, job_id)
             try:
                 jobs.append((index, build_job(config, job_id, request, now,
-                                              token=tokens[32 * index:32 * index + 32])))
+                                              token=tokens[32 * index:32 * index + 32],
+                                              trace=job_trace)))
             except ValidationError as exc:
                 results[index] = InsertOutcome(id=job_id, status=InsertStatus.INVALID,
                                                error=str(exc))
@@ -182,6 +192,9 @@ class Hipq:
         for index, job in merging:  # one by one, in order: payloads accumulate in order
             results[index] = await self.store.job_merge(job)
             inserted.append(results[index])
+        if spans is not None:
+            spans.end([(job.id, results[i].status.value) for i, job in jobs
+                       if job.trace is not None])
         created = [o.status for o in inserted].count(InsertStatus.CREATED)
         if created:
             self._wake()
@@ -224,7 +237,8 @@ class Hipq:
         if item is None or record is None:
             return None  # it will be rejected: GET /v1/intake?status=rejected
         try:
-            return build_job(record.config, item[0], item[1], row.enqueued_at, token="")
+            return build_job(record.config, item[0], item[1], row.enqueued_at, token="",
+                             trace=item[1].trace)
         except ValidationError:
             return None
 
@@ -293,7 +307,8 @@ class Hipq:
                                  timeout_seconds=original.timeout_seconds,
                                  ordering_key=original.ordering_key, critical=original.critical)
         config = (await self.get_queue(queue)).config
-        job = replace(build_job(config, new_job_id(), request, now), replay_of=original.id,
+        job = replace(build_job(config, new_job_id(), request, now, trace=original.trace),
+                      replay_of=original.id,
                       data=original.data)
         (outcome,) = await self.store.job_insert_many([job])
         if original.status is JobState.EXPIRED or (job.expires_at and job.expires_at <= now):
@@ -419,9 +434,10 @@ def validate_queue(config: QueueConfig) -> None:
 
 
 def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
-              now: datetime, *, token: str | None = None) -> Job:
+              now: datetime, *, token: str | None = None, trace: str | None = None) -> Job:
     """A new queued job from an enqueue request, under the queue's settings.
-    ``token`` (random, 32 hex digits) seeds the job's correlation keys."""
+    ``token`` (random, 32 hex digits) seeds the job's correlation keys; ``trace`` is
+    the trace context to store with it (hipq.tracing)."""
     if not is_job_id(job_id):
         raise ValidationError(f"job id {job_id!r} must be 1-200 characters of "
                               "[A-Za-z0-9_.:-], and not '.' or '..'")
@@ -454,7 +470,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
                    if config.quotas is not None else None),
         attempt=0, max_attempts=config.attempts,
         created_at=now, updated_at=now, token=token or uuid.uuid4().hex,
-        body_hash=request.body_hash(),
+        body_hash=request.body_hash(), trace=trace,
     )
 
 

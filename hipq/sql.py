@@ -72,7 +72,7 @@ JobItem = Mapping[str, Any] | tuple[str, dict[str, Any] | None]
 # go to the ``fields`` column; ``data`` and ``run_after`` have columns of their own.
 ENQUEUE_FIELDS = frozenset({
     "expires_at", "priority", "weight", "time_windows", "timezone", "timeout_seconds",
-    "correlation_key", "ordering_key", "critical",
+    "correlation_key", "ordering_key", "critical", "traceparent", "tracestate",
 })
 CHANNEL = "hipq_wake"  # hipq.store.notify.CHANNEL
 PAYLOAD = "intake"  # hipq.store.notify.INTAKE, as hipq_enqueue() sends it

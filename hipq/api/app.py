@@ -14,6 +14,7 @@ from hipq.api.deps import DEPS, ApiDeps
 from hipq.api.io import refuse_simple_content_type
 from hipq.api.openapi import build_openapi
 from hipq.api.origin import SameOrigin
+from hipq.api.outcome_history import install as keep_outcome_history
 from hipq.api.routes import ROUTES, Handler, Route
 from hipq.api.stats_cache import STATS, StatsCache
 from hipq.config import ApiConfig
@@ -39,15 +40,37 @@ def _guarded(route: Route, auth: TokenAuth, pages: SameOrigin) -> Handler:
     return handler
 
 
+def _register(app: web.Application, routes: list[Route], auth: TokenAuth,
+              pages: SameOrigin) -> None:
+    """One resource per path, concrete paths before templated ones (OpenAPI's
+    matching: ``/v1/jobs/{queue}/pause`` is never the job ``pause``), each
+    answering any other method with 405 and ``Allow``: its own methods only."""
+    by_path: dict[str, list[Route]] = {}
+    for route in routes:
+        by_path.setdefault(route.path, []).append(route)
+    for path in sorted(by_path, key=lambda p: p.count("{")):
+        resource = app.router.add_resource(path)
+        for route in by_path[path]:
+            resource.add_route(route.method, _guarded(route, auth, pages))
+        resource.add_route("*", _not_allowed(sorted({r.method for r in by_path[path]})))
+
+
+def _not_allowed(methods: list[str]) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPMethodNotAllowed(request.method, methods)
+
+    return handler
+
+
 def create_app(deps: ApiDeps) -> web.Application:
     app = web.Application(middlewares=[error_middleware],
                           client_max_size=deps.config.max_body_bytes)
     app[DEPS] = deps
     app[STATS] = StatsCache(deps.service, max_age=deps.config.stats_max_age_seconds)
+    keep_outcome_history(app)  # GET /v1/outcomes (hipq/api/outcome_history.py)
     auth, pages = TokenAuth(deps.config.tokens), SameOrigin(deps.config)
     routes = effective_routes(deps.config)
-    for route in routes:
-        app.router.add_route(route.method, route.path, _guarded(route, auth, pages))
+    _register(app, routes, auth, pages)
     document = json.dumps(build_openapi(routes, version=API_VERSION))
 
     async def openapi(request: web.Request) -> web.Response:

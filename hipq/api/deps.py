@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from hipq.config import ApiConfig
+from hipq.config import ApiConfig, QueueConfig
 from hipq.metrics import Metrics
 from hipq.responses.signing import Signer
 from hipq.service import Hipq
@@ -23,6 +24,10 @@ class ApiDeps:
     signer: Signer
     schedules: Schedules | None = None  # GET /v1/schedules (hipq/api/schedules_page.py)
     metrics: Metrics | None = None  # None: /metrics shows the queue gauges only
+    # the queues of the daemon's config file: an API update of one says so
+    # (docs/configuration.md, "Queues from the file and from the API")
+    declared_queues: Mapping[str, QueueConfig] = field(default_factory=dict)
+    trace_url: str | None = None  # dashboard.trace_url: the job page's trace link
 
 
 DEPS = web.AppKey("hipq_deps", ApiDeps)

@@ -13,10 +13,12 @@ from aiohttp import web
 from pydantic import Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from hipq import tracing
 from hipq.api.api_errors import ApiError
 from hipq.api.auth import Role, request_role
 from hipq.api.deps import DEPS
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
+from hipq.api.json_types import type_problem
 from hipq.api.models import (
     HISTORY_SHOWN,
     PAUSES_SHOWN,
@@ -133,7 +135,24 @@ async def create_queue(request: web.Request) -> web.Response:
         stored = None
     config = keep_secrets(config, stored)
     created = await service.create_queue(config)
-    return reply(await _one_queue(request, config.id), 201 if created else 200)
+    answer = reply(await _one_queue(request, config.id), 201 if created else 200)
+    declared = request.app[DEPS].declared_queues.get(config.id)
+    if declared is not None and config != declared:
+        warning = declared_queue_warning(config.id)
+        log.warning("%s", warning, extra={"action": "queue_declared_updated"})
+        answer.headers[WARNING_HEADER] = warning
+    return answer
+
+
+WARNING_HEADER = "Hipq-Warning"
+
+
+def declared_queue_warning(queue: str) -> str:
+    """What an API update of a queue declared in the config file is told (and the
+    log says): it stands until the daemon restarts (docs/configuration.md)."""
+    return (f"queue {queue!r} is declared in the daemon's config file: these settings "
+            "replace the file's until the daemon restarts, which applies the file's again "
+            "(change the file, or use another queue id)")
 
 
 async def list_queues(request: web.Request) -> web.Response:
@@ -170,7 +189,8 @@ async def enqueue(request: web.Request) -> web.Response:
     job_id = request.match_info["id"]
     body = await read_body(request, EnqueueRequest, empty={})
     service = _service(request)
-    outcome = await service.enqueue(queue, None if job_id == RANDOM_ID else job_id, body)
+    outcome = await service.enqueue(queue, None if job_id == RANDOM_ID else job_id, body,
+                                    trace=tracing.from_headers(request.headers))
     job = outcome.job or (await service.get_job(queue, outcome.id))[0]
     return reply(job_out(job), 201 if outcome.status is InsertStatus.CREATED else 200)
 
@@ -187,10 +207,14 @@ _BATCH_ITEMS: TypeAdapter[list[_UncheckedItem]] = TypeAdapter(list[_UncheckedIte
 
 def _batch_item(raw: Any) -> tuple[str, EnqueueRequest | str]:
     """(id, request) for a valid item, (id or "", error) for an invalid one."""
+    given = raw.get("id") if isinstance(raw, dict) else None
+    problem = type_problem(raw, BatchItem)  # the published types first: no 0 for false
+    if problem is not None:
+        where = ".".join(str(p) for p in problem[0]) or "item"
+        return (given if isinstance(given, str) else ""), f"{where}: {problem[1]}"
     try:
         item = BatchItem.model_validate(raw)
     except PydanticValidationError as exc:
-        given = raw.get("id") if isinstance(raw, dict) else None
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "item"
         return (given if isinstance(given, str) else ""), f"{where}: {first['msg']}"
@@ -205,7 +229,8 @@ def _batch_items(raw: list[Any]) -> list[tuple[str, EnqueueRequest | str]]:
     except PydanticValidationError:
         return [_batch_item(item) for item in raw]
     # the list is one level more: the same depth limit for each item's data
-    if json_problem([item.data for item in items], max_depth=MAX_DEPTH + 1) is not None:
+    if (json_problem([item.data for item in items], max_depth=MAX_DEPTH + 1) is not None
+            or any(type_problem(item, BatchItem) for item in raw)):
         return [_batch_item(item) for item in raw]
     return [(item.id, item) for item in items]
 
@@ -215,14 +240,16 @@ async def enqueue_batch(request: web.Request) -> web.Response:
     envelope = await read_body(request, BatchEnvelope, check=False)  # items one by one
     parsed = _batch_items(envelope.jobs)
     valid = [(i, r) for i, r in parsed if isinstance(r, EnqueueRequest)]
-    outcomes = iter(await _service(request).enqueue_many(queue, valid))
+    outcomes = iter(await _service(request).enqueue_many(
+        queue, valid, trace=tracing.from_headers(request.headers)))
     # BatchOut's shape, encoded directly (up to 10,000 items: no model per item); a
     # valid item's id is made of [A-Za-z0-9_.:-] only, so it needs no escaping
     results: list[str] = []
     for job_id, item in parsed:
         if isinstance(item, str):
-            results.append(_ENCODE({"id": job_id, "status": InsertStatus.INVALID.value,
-                                    "error": item}))
+            # the id as given, escaped: it may hold a lone surrogate (no UTF-8 for it)
+            results.append(_ENCODE_ASCII({"id": job_id, "status": InsertStatus.INVALID.value,
+                                          "error": item}))
             continue
         o = next(outcomes)
         if o.error is None:
@@ -234,6 +261,7 @@ async def enqueue_batch(request: web.Request) -> web.Response:
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_ENCODE_ASCII = json.JSONEncoder(separators=(",", ":")).encode
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -272,7 +300,7 @@ async def archived_jobs(request: web.Request) -> web.Response:
 
     page, last, more = await collect_page(
         read, _archived_json, _archived_key, limit=query.limit,
-        after=decode_cursor(query.cursor) if query.cursor else None)
+        after=None if query.cursor is None else decode_cursor(query.cursor))
     key = _archived_key(last[0]) if more and last else None
     cursor = None if key is None else encode_cursor(*key)
     body = '{"jobs":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"

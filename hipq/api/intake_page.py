@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from aiohttp import web
 from pydantic import AwareDatetime, Field
 
+from hipq.api.cursors import ROW_CURSOR, cursor_param
 from hipq.api.deps import DEPS
 from hipq.api.io import read_query
 from hipq.api.models import MAX_PAGE, _In, _Out
@@ -38,7 +39,6 @@ VALUE_CHARS = 4096  # characters of a row's string or value's JSON text shown in
 # enough that a request line holding it and a cursor, percent-encoded, stays under
 # aiohttp's 8,190 bytes (a longer one is refused before any handler, not as JSON)
 QUEUE_FILTER_CHARS = 200
-CURSOR_PATTERN = r"^[A-Za-z0-9_-]*$"  # what encode_cursor() gives: unpadded base64url
 Cut = Literal["queue", "id", "data", "fields", "error"]
 _CUT: tuple[Cut, ...] = ("queue", "id", "data", "fields", "error")
 _VALUES = frozenset({"data", "fields"})  # shown as JSON values, cut as their JSON text
@@ -52,8 +52,7 @@ class IntakeQuery(_In):
         default=None, description="only the rows naming this queue (one that does not exist "
         "too: its rows are rejected as 'unknown queue')")
     limit: int = Field(default=100, ge=1, le=MAX_PAGE)
-    cursor: Annotated[str, Field(max_length=2000, pattern=CURSOR_PATTERN)] | None = Field(
-        default=None, description="next_cursor of the previous page")
+    cursor: str | None = cursor_param(ROW_CURSOR, "rejected_at~id")
 
 
 class IntakeRowOut(_Out):
@@ -114,7 +113,7 @@ async def rejected_rows(request: web.Request) -> web.Response:
 
     page, last, more = await collect_page(
         read, _row_json, _row_key, limit=query.limit,
-        after=decode_cursor(query.cursor) if query.cursor else None)
+        after=None if query.cursor is None else decode_cursor(query.cursor))
     key = _row_key(last[0]) if more and last else None
     cursor = None if key is None else encode_cursor(*key)
     body = '{"rows":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"

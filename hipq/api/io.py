@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import json
-from datetime import UTC, datetime
+import re
+from datetime import datetime
 from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from hipq.api.api_errors import ApiError
+from hipq.api.cursors import ARCHIVED_CURSOR, time_of, time_text
+from hipq.api.json_types import type_problem
 from hipq.values import MAX_DEPTH, json_problem
 
 M = TypeVar("M", bound=BaseModel)
@@ -81,7 +83,14 @@ async def read_json(request: web.Request, *, empty: Any = None, check: bool = Tr
 
 async def read_body(request: web.Request, model: type[M], *, empty: Any = None,
                     check: bool = True) -> M:
-    return model.model_validate(await read_json(request, empty=empty, check=check))
+    """The body validated by ``model``, after its JSON types are checked against the
+    published schema (:mod:`hipq.api.json_types`: no ``0`` for ``false``)."""
+    value = await read_json(request, empty=empty, check=check)
+    problem = type_problem(value, model)
+    if problem is not None:
+        raise ApiError(422, "invalid_request", "the request is not valid",
+                       [{"loc": problem[0], "msg": problem[1], "type": "json_type"}])
+    return model.model_validate(value)
 
 
 def read_query(request: web.Request, model: type[M]) -> M:
@@ -95,20 +104,20 @@ def reply(model: BaseModel, status: int = 200) -> web.Response:
                         content_type="application/json")
 
 
+def cursor_parts(cursor: str, pattern: str) -> list[str]:
+    """The ``~``-separated parts of ``cursor``; 400 ``invalid_cursor`` unless it
+    matches ``pattern`` (one of :mod:`hipq.api.cursors`)."""
+    if re.fullmatch(pattern, cursor) is None:
+        raise ApiError(400, "invalid_cursor", "the cursor is not one this API gives out")
+    return cursor.split("~")
+
+
 def encode_cursor(finished_at: datetime, queue: str, job_id: str) -> str:
-    raw = json.dumps([finished_at.isoformat(), queue, job_id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return f"{time_text(finished_at)}~{queue}~{job_id}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        when, queue, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        at = datetime.fromisoformat(when)
-        if at.tzinfo is None or not isinstance(queue, str) or not isinstance(job_id, str):
-            raise ValueError("bad cursor")
-        at = at.astimezone(UTC)  # out of range once in UTC: OverflowError
-    except (ValueError, TypeError, UnicodeError, OverflowError):
-        raise ApiError(400, "invalid_cursor", "the cursor is not one this API gave out") from None
-    _check_text([queue, job_id])
-    return at, queue, job_id
+    """The (finished_at, queue, id) of an archived-jobs cursor; 400 if it has not
+    the shape :data:`ARCHIVED_CURSOR`."""
+    when, queue, job_id = cursor_parts(cursor, ARCHIVED_CURSOR)
+    return time_of(when), queue, job_id

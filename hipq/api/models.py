@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 
+from hipq.api.cursors import ARCHIVED_CURSOR, ROW_CURSOR, cursor_param
 from hipq.bodies import BatchItem
 from hipq.config import QueueConfig
 
@@ -80,6 +81,10 @@ class JobOut(_Out):
     result: Any = None
     error: dict[str, Any] | None = None
     replay_of: str | None = None
+    trace_id: str | None = Field(
+        default=None, pattern="^[0-9a-f]{32}$",
+        description="the W3C trace id the job was enqueued with (its traceparent field, or "
+        "the traceparent header of the enqueue request); null without one (docs/traces.md)")
     history: list[AttemptOut] = Field(
         default_factory=list,
         description=f"the job's tries and late responses, oldest first: at most the last "
@@ -167,8 +172,7 @@ class ArchivedQuery(_In):
         default=None, description="only this queue")
     status: Annotated[str, Field(pattern=r"^(succeeded|failed|expired|cancelled)$")] | None = None
     limit: int = Field(default=100, ge=1, le=MAX_PAGE)
-    cursor: Annotated[str, Field(max_length=2000)] | None = Field(
-        default=None, description="next_cursor of the previous page")
+    cursor: str | None = cursor_param(ARCHIVED_CURSOR, "finished_at~queue~id")
 
 
 class ArchivedPage(_Out):
@@ -181,8 +185,7 @@ class ResponsesQuery(_In):
         default="unmatched", description="which responses: those recorded as unmatched "
         "(the other outcomes are counted in /v1/stats)")
     limit: int = Field(default=100, ge=1, le=MAX_PAGE)
-    cursor: Annotated[str, Field(max_length=2000)] | None = Field(
-        default=None, description="next_cursor of the previous page")
+    cursor: str | None = cursor_param(ROW_CURSOR, "received_at~id")
 
 
 class ResponseOut(_Out):

@@ -7,21 +7,19 @@ Pages are bounded like the archived-jobs pages: at most ``limit`` items and abou
 store in chunks; besides, each item's ``result`` and ``error`` are cut to
 :data:`VALUE_CHARS` characters of JSON text by the store itself, so a response
 stored with a large body costs a page little. The cursor is the last item's
-(received_at, id), opaque to clients; a bad one is a 400 ``invalid_cursor``.
+(received_at, id) as ``<microseconds>~<id>``; a bad one is a 400 ``invalid_cursor``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 
-from hipq.api.api_errors import ApiError
+from hipq.api.cursors import ROW_CURSOR, time_of, time_text
 from hipq.api.deps import DEPS
-from hipq.api.io import read_query
+from hipq.api.io import cursor_parts, read_query
 from hipq.api.models import ResponseOut, ResponsesQuery
 from hipq.api.paging import collect_page
 from hipq.store import ListedResponse
@@ -31,25 +29,14 @@ _MAX_ID = 2**63 - 1  # inbox ids are BIGINT
 
 
 def encode_cursor(received_at: datetime, row_id: int) -> str:
-    raw = json.dumps([received_at.isoformat(), row_id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return f"{time_text(received_at)}~{row_id}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    """The (received_at, id) in ``cursor``; 400 unless this listing gave it out."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        when, row_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(when, str) or isinstance(row_id, bool) or not isinstance(row_id, int):
-            raise ValueError("bad cursor")
-        at = datetime.fromisoformat(when)
-        if at.tzinfo is None or not 0 <= row_id <= _MAX_ID:
-            raise ValueError("bad cursor")
-        at = at.astimezone(UTC)  # out of range once in UTC: OverflowError
-    except (ValueError, TypeError, UnicodeError, OverflowError, RecursionError,
-            binascii.Error):
-        raise ApiError(400, "invalid_cursor", "the cursor is not one this API gave out") from None
-    return at, row_id
+    """The (received_at, id) in ``cursor``; 400 unless it has the shape
+    :data:`~hipq.api.cursors.ROW_CURSOR` (any such cursor is a position)."""
+    when, row_id = cursor_parts(cursor, ROW_CURSOR)
+    return time_of(when), int(row_id)
 
 
 def response_out(row: ListedResponse) -> ResponseOut:
@@ -65,7 +52,7 @@ async def unmatched_responses(request: web.Request) -> web.Response:
 
     page, last, more = await collect_page(
         read, _row_json, _row_key, limit=query.limit,
-        after=decode_cursor(query.cursor) if query.cursor else None)
+        after=None if query.cursor is None else decode_cursor(query.cursor))
     cursor = encode_cursor(*_row_key(last[0])) if more and last else None
     body = '{"responses":[' + ",".join(page) + '],"next_cursor":' + json.dumps(cursor) + "}"
     return web.Response(body=body.encode(), content_type="application/json")

@@ -11,6 +11,8 @@ from pydantic import BaseModel
 
 from hipq.api import dashboard, intake_page, metrics_page, queued_jobs, responses_page
 from hipq.api import handlers as h
+from hipq.api import job_search as search
+from hipq.api import outcome_history as outcomes
 from hipq.api import schedules_page as sched
 from hipq.api.auth import Role
 from hipq.api.models import (
@@ -132,6 +134,14 @@ ROUTES: tuple[Route, ...] = (
     Route(method="POST", path="/v1/inbox/{queue}/{tail}", handler=h.templated_response, role=P,
           tags=("responses",), summary="The same, with a path segment for the template "
           "({path.tail})", body=AnyObject, answers={202: AcceptedOut}),
+    Route(method="GET", path="/v1/job-search", handler=search.job_search, role=R,
+          tags=("jobs",), summary="Jobs with this id, live or archived: in one queue "
+          "(name), or in every queue up to 100 (one indexed lookup each; no history)",
+          query=search.SearchQuery, answers={200: search.SearchOut}),
+    Route(method="GET", path="/v1/outcomes", handler=outcomes.outcomes, role=R,
+          tags=("operations",), summary="This daemon's job outcomes of the last hour, per "
+          "minute, of one queue or all (kept in memory: empty after a restart)",
+          query=outcomes.OutcomesQuery, answers={200: outcomes.OutcomesOut}),
     Route(method="GET", path="/v1/schedules", handler=sched.list_schedules, role=R,
           tags=("schedules",), summary="The recurring schedules with their next fire time",
           answers={200: ScheduleList}),

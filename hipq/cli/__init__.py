@@ -4,28 +4,48 @@ up logging and installs signal handlers.
 Parsing imports nothing but :mod:`argparse` (``hipq --help`` answers at once); a
 command's module is imported when it runs. ``-c/--config`` may come before or after
 the command name; without it ``$HIPQ_CONFIG``, then ``./hipq.yaml``, then built-in
-defaults. The current directory is put first on the import path (as uvicorn does),
-so plugins and Python targets in the user's own files load by ``module:attr``.
+defaults. The config file's directory and the current directory are put first on the
+import path (as uvicorn does), so plugins and Python targets in the user's own files
+beside the config load by ``module:attr`` whatever directory the command runs in.
+
+Output is for pipes too: when the reader goes away (``hipq jobs q --json | head -1``)
+the command stops quietly with status 141 (128 + SIGPIPE), as Unix tools do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hipq.cli.parser import build_parser
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
+EXIT_PIPE = 128 + signal.SIGPIPE  # the status of a tool the pipe's reader left
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe is found here, not at interpreter exit
+    except SystemExit:  # --help, --version, a usage error: argparse printed it
+        _flush_or_silence()
+        raise
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     args.config = args.config or os.environ.get("HIPQ_CONFIG") or None
+    import_paths(args.config)
     module_name, _, func_name = args.target.partition(":")
     from hipq.errors import ConfigError, HipqError
 
@@ -43,6 +63,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def import_paths(config: str | None) -> None:
+    """The config file's directory, then the current directory, first on the import
+    path: ``mytargets.py`` beside the config is found from anywhere (docs/configuration.md)."""
+    config_dir = str(Path(config).absolute().parent) if config else None
+    for directory in (os.getcwd(), config_dir):  # inserted at 0: the last one ends first
+        if directory is not None:
+            if directory in sys.path:
+                sys.path.remove(directory)
+            sys.path.insert(0, directory)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for the gone reader is
+    dropped, and Python's own flush at exit finds nothing to complain about."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _flush_or_silence() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
 def _fail(message: str) -> None:
     """The error on stderr: its own line breaks kept, other control characters escaped."""
     from hipq.log import printable
@@ -51,4 +98,4 @@ def _fail(message: str) -> None:
     sys.stderr.write(f"hipq: error: {lines}\n")
 
 
-__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "main"]
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "EXIT_PIPE", "main"]

@@ -7,16 +7,20 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
+from hipq import tracing
 from hipq.api.origin import is_loopback
 from hipq.bodies import EnqueueRequest
-from hipq.cli.context import reach, run_command, with_store
+from hipq.cli.context import missing_sqlite_file, reach, run_command, with_store
+from hipq.cli.remote import Enqueued, enqueue_via_daemon
 from hipq.config import ApiConfig, Settings, format_validation_error
 from hipq.daemon import Daemon, settle_heap
 from hipq.engine.leases import timing_warnings
@@ -24,12 +28,13 @@ from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
 from hipq.retry import build_retry
 from hipq.schedules import check_schedules
-from hipq.service import Hipq, validate_queue
+from hipq.service import Hipq, new_job_id, validate_queue
 from hipq.store import Store, open_store
 from hipq.store.schema import SCHEMA_VERSION
 from hipq.targets import build_target
 
 log = logging.getLogger("hipq")
+NOTIFY_CONNECT_SECONDS = 2.0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -74,6 +79,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     check_queues(settings, args.config)
     check_schedules(settings)  # the cron strings; the queues once the store is open
     warn_open_locally(settings.api)
+    start_traces(os.environ)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,6 +88,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     async def settle() -> None:
         await ready.wait()
+        say_where(daemon)
         settle_heap()
 
     settling = asyncio.create_task(settle())
@@ -89,7 +96,31 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         await daemon.run(stop=stop, ready=ready)
     finally:
         settling.cancel()
+        tracing.tracer().close()  # open try spans end, buffered spans are sent
     return 0
+
+
+def start_traces(environ: Mapping[str, str]) -> None:
+    """OpenTelemetry spans when the ``OTEL_*`` variables ask for them and the SDK is
+    installed (docs/traces.md); otherwise nothing is imported."""
+    if not tracing.wanted(environ):
+        return
+    try:
+        from hipq.otel import install_from_environment  # the SDK: only when asked for
+    except ImportError:
+        log.warning("OTEL_* variables are set but the OpenTelemetry SDK is not installed "
+                    "(pip install 'hipq[otel]'): no spans", extra={"action": "traces_off"})
+        return
+    install_from_environment(environ)
+
+
+def say_where(daemon: Daemon) -> None:
+    """Once the daemon is up: where its dashboard is (on stdout, for the person who
+    started it; the logs say it too, on stderr)."""
+    if daemon.api is not None and daemon.api.port is not None:
+        url = daemon.api.url
+        sys.stdout.write(f"dashboard: {url}/   (API: {url}/v1/jobs, metrics: {url}/metrics)\n")
+        sys.stdout.flush()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -134,17 +165,23 @@ async def _check_config(args: argparse.Namespace, settings: Settings) -> int:
     check_queues(settings, args.config)
     for queue in settings.queues:
         validate_queue(queue)
-    store = await open_store(settings.database.url, pool_size=1)
-    try:
-        await reach(store, settings)
-        check_schedules(settings, await _database_queues(store))
-    finally:
-        await store.close()
+    missing = missing_sqlite_file(settings)  # checked, not created
+    if missing is None:
+        store = await open_store(settings.database.url, pool_size=1)
+        try:
+            await reach(store, settings)
+            check_schedules(settings, await _database_queues(store))
+        finally:
+            await store.close()
+    else:
+        check_schedules(settings, set())
     for warning in timing_warnings(interval_seconds=settings.reconcile.interval_seconds,
                                    lease_seconds=settings.reconcile.lease_seconds):
         sys.stderr.write(f"warning: {warning}\n")
+    database = ("database reachable" if missing is None else
+                f"database {missing} not created yet ('hipq migrate' or 'hipq run' creates it)")
     sys.stdout.write(f"config OK: {len(settings.queues)} queue(s), "
-                     f"{len(settings.schedules)} schedule(s), database reachable\n")
+                     f"{len(settings.schedules)} schedule(s), {database}\n")
     return 0
 
 
@@ -175,12 +212,37 @@ async def _enqueue(args: argparse.Namespace, settings: Settings) -> int:
     except PydanticValidationError as exc:
         raise ConfigError(format_validation_error(exc, "enqueue")) from None
 
-    async def put(store: Store) -> int:
-        outcome = await Hipq(store).enqueue(args.queue, args.id, request)
-        sys.stdout.write(json.dumps({"id": outcome.id, "status": str(outcome.status)}) + "\n")
-        return 0
+    job_id = args.id or new_job_id()  # the same id if the daemon's path falls through
+    sent = await enqueue_via_daemon(settings, args.queue, job_id,
+                                    request.model_dump(mode="json", exclude_unset=True))
+    if sent is None:
+        sent = await with_store(settings, lambda store: _enqueue_direct(
+            store, settings, args.queue, job_id, request))
+    sys.stdout.write(json.dumps({"id": sent.id, "status": sent.status}) + "\n")
+    return 0
 
-    return await with_store(settings, put)
+
+async def _enqueue_direct(store: Store, settings: Settings, queue: str, job_id: str,
+                          request: EnqueueRequest) -> Enqueued:
+    """Write the job to the database; on PostgreSQL wake the daemons (NOTIFY), which
+    would otherwise see it at their next tick (docs/operations.md)."""
+    outcome = await Hipq(store).enqueue(queue, job_id, request)
+    if store.dialect == "postgresql" and settings.database.notify:
+        await wake_daemons(settings.database.url)
+    return Enqueued(id=outcome.id, status=str(outcome.status))
+
+
+async def wake_daemons(url: str) -> None:
+    """One NOTIFY ``wake`` to every daemon listening on this PostgreSQL database."""
+    from hipq.store.notify import WAKE, Notifier
+
+    notifier = Notifier(url, on_notify=lambda _payload: None)
+    notifier.start()
+    try:
+        if await notifier.wait_connected(NOTIFY_CONNECT_SECONDS):
+            await notifier.send_now(WAKE)
+    finally:
+        await notifier.stop()
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

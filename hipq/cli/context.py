@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
-from hipq.config import Settings, load_config
+from hipq.config import DEFAULT_CONFIG_FILE, Settings, load_config, sqlite_file
 from hipq.errors import ConfigError, StoreError
 from hipq.log import setup_logging
 from hipq.store import Store, open_store
@@ -29,7 +30,38 @@ def run_command(args: argparse.Namespace, command: AsyncCommand, *,
     settings = settings_of(args)
     factory = loop_factory(settings.event_loop) if daemon else None
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(command(args, settings))
+        try:
+            return runner.run(command(args, settings))
+        except NoDatabase as exc:
+            raise StoreError(no_database_message(exc.path, args.config)) from None
+
+
+class NoDatabase(StoreError):
+    """The SQLite file a command would read or change does not exist (it is not
+    created: only ``hipq migrate`` and ``hipq run`` create a database)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no database at {path}")
+        self.path = path
+
+
+def missing_sqlite_file(settings: Settings) -> Path | None:
+    """The configured SQLite file if it does not exist yet, else None."""
+    name = sqlite_file(settings.database.url)
+    if name is None or Path(name).exists():
+        return None
+    return Path(name).absolute()
+
+
+def no_database_message(path: Path, config: str | None) -> str:
+    """What to do when there is no database: say whether a config was found at all."""
+    if config is None and not Path(DEFAULT_CONFIG_FILE).exists():
+        return (f"no config here (no -c FILE, no $HIPQ_CONFIG, no ./{DEFAULT_CONFIG_FILE}) "
+                f"and no database ({path.name}): nothing to show. Write a "
+                f"{DEFAULT_CONFIG_FILE} (see the README's tour) or pass -c FILE; 'hipq "
+                "migrate' or 'hipq run' creates the database")
+    return (f"no database at {path} (config {config or './' + DEFAULT_CONFIG_FILE}): "
+            "run 'hipq migrate' or 'hipq run' to create it")
 
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -52,7 +84,10 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 async def with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]], *,
                      migrate: bool = False) -> T:
     """Open the configured database (checking its schema, or migrating it), run
-    ``fn`` with it, close it."""
+    ``fn`` with it, close it. Only ``migrate`` creates a SQLite file: without it a
+    missing file is :class:`NoDatabase` and nothing is written."""
+    if not migrate and (missing := missing_sqlite_file(settings)) is not None:
+        raise NoDatabase(missing)
     store = await open_store(settings.database.url, pool_size=2)
     try:
         await reach(store, settings)

@@ -88,7 +88,8 @@ def _demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-running", action="store_true",
                    help="stay up after the showcase to explore the dashboard (Ctrl-C ends)")
     p.add_argument("--jobs", type=int, default=400, help="jobs to run (default 400)")
-    p.add_argument("--port", type=int, default=0, help="API/dashboard port (default: any free)")
+    p.add_argument("--port", type=int, default=None,
+                   help="API/dashboard port (default: the -c config's api.port, else any free)")
     p.add_argument("--seed", type=int, default=None, help="random seed (repeatable runs)")
 
 
@@ -101,7 +102,9 @@ COMMANDS: tuple[Command, ...] = (
             "  HIPQ_DATABASE_URL=postgresql+asyncpg://hipq@db/hipq hipq run",
             f"{_M}:cmd_run", _run),
     Command("demo", "a self-contained showcase on SQLite with a fake downstream (about 20 s)",
-            "  hipq demo\n  hipq demo --keep-running    # then open the dashboard URL it prints",
+            "  hipq demo\n  hipq demo --keep-running    # then open the dashboard URL it prints\n"
+            "  hipq demo -c hipq.yaml      # its api (port, tokens) and logging; not its "
+            "database or queues",
             "hipq.demo:cmd_demo", _demo),
     Command("migrate", "create or upgrade the database schema (idempotent), apply the queues",
             "  hipq migrate -c hipq.yaml", f"{_M}:cmd_migrate"),

@@ -310,10 +310,11 @@ def change_for(entry: HeldTry, spec: QueueSpec | None, retry: RetryFn | None,
                       correlation_key=entry.correlation_key, status=value,
                       result=outcome.result,
                       error=None if outcome.error is None else outcome.error.to_json(),
-                      outcome=value, response=outcome.response)
+                      outcome=value, response=outcome.response, trace=entry.trace)
     common: dict[str, Any] = {
         "queue": entry.queue, "id": entry.id, "attempt": entry.attempt, "inbox_ids": inbox_ids,
-        "launched_at": entry.launched_at, "correlation_key": entry.correlation_key}
+        "launched_at": entry.launched_at, "correlation_key": entry.correlation_key,
+        "trace": entry.trace}
     if outcome is None:
         return Change(kind=ChangeKind.EXTEND, deadline=entry.deadline, **common)
     error = outcome.error or JobError(kind=ErrorKind.RESPONSE_FAILED)

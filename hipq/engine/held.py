@@ -49,7 +49,7 @@ class HeldTry:
 
     __slots__ = ("attempt", "critical", "deadline", "dirty", "given_key", "id", "inbox_ids",
                  "job", "launched_at", "ordering_key", "outcome", "own_key", "queue",
-                 "scope", "timeout_seconds", "token", "value", "weight")
+                 "scope", "timeout_seconds", "token", "trace", "value", "weight")
 
     def __init__(self, job: Job, deadline: datetime | None, outcome: Outcome | None = None,
                  inbox_ids: Iterable[int] = ()) -> None:
@@ -66,6 +66,7 @@ class HeldTry:
         self.weight = job.weight
         self.critical = job.critical
         self.ordering_key = job.ordering_key
+        self.trace = job.trace  # its W3C trace context, for step 3's logs and spans
         self.value: str | None = None  # the quota field's value (kept by the batch)
         self.scope: str | None = None  # its partner scope's group (backoff scope: group)
         self.job: Job | None = job

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from hipq import tracing
 from hipq.clock import Clock
 from hipq.errors import HipqError, LaunchError
 from hipq.jobs import ErrorKind, Job, JobError
@@ -95,21 +96,28 @@ class Launcher:
         try:
             while self._pending:
                 target, job = self._pending.popleft()
-                dispatch = self._dispatch.get(target, _UNKNOWN)
-                if dispatch is _UNKNOWN:  # looked up once per target
-                    dispatch = self._dispatch[target] = getattr(target, "dispatch", None)
-                if dispatch is None:
-                    self._record(await launch_one(target, job))
-                    continue
-                try:
-                    sent: asyncio.Future[Any] = await dispatch(job)
-                except Exception as exc:
-                    self._record(failed_launch(job, exc))
-                    continue
-                self._sending.add(sent)
-                sent.add_done_callback(functools.partial(self._answered, job))
+                if job.trace is None:
+                    await self._send(target, job)
+                else:  # the try's trace context is current while it is sent
+                    with tracing.tracer().launching(job):
+                        await self._send(target, job)
         finally:
             self._workers -= 1
+
+    async def _send(self, target: Target, job: Job) -> None:
+        dispatch = self._dispatch.get(target, _UNKNOWN)
+        if dispatch is _UNKNOWN:  # looked up once per target
+            dispatch = self._dispatch[target] = getattr(target, "dispatch", None)
+        if dispatch is None:
+            self._record(await launch_one(target, job))
+            return
+        try:
+            sent: asyncio.Future[Any] = await dispatch(job)
+        except Exception as exc:
+            self._record(failed_launch(job, exc))
+            return
+        self._sending.add(sent)
+        sent.add_done_callback(functools.partial(self._answered, job))
 
     def _answered(self, job: Job, done: asyncio.Future[Any]) -> None:
         self._sending.discard(done)

@@ -88,7 +88,7 @@ INSERT INTO jobs (queue, id, token, status, data, run_at, expires_at, priority, 
                   critical, time_windows, timezone, timeout_seconds, correlation_key,
                   correlation_fixed, ordering_key, key_order_at, group_key, attempt,
                   max_attempts, created_at, updated_at, launched_at, deadline, owner,
-                  launch_confirmed, result, error, replay_of, body_hash)
+                  launch_confirmed, result, error, replay_of, body_hash, trace)
 SELECT COALESCE(u.queue, :queue::text), u.id, COALESCE(u.token, :token::text),
        COALESCE(u.status, :status::text), COALESCE(u.data, :data::text)::jsonb,
        COALESCE(u.run_at, :run_at::timestamptz),
@@ -110,7 +110,8 @@ SELECT COALESCE(u.queue, :queue::text), u.id, COALESCE(u.token, :token::text),
        COALESCE(u.deadline, :deadline::timestamptz), COALESCE(u.owner, :owner::text),
        COALESCE(u.launch_confirmed, :launch_confirmed::bool),
        COALESCE(u.result, :result::text)::jsonb, COALESCE(u.error, :error::text)::jsonb,
-       COALESCE(u.replay_of, :replay_of::text), COALESCE(u.body_hash, :body_hash::text)
+       COALESCE(u.replay_of, :replay_of::text), COALESCE(u.body_hash, :body_hash::text),
+       COALESCE(u.trace, :trace::text)
 FROM unnest(:queue_each::text[], :id_each::text[], :token_each::text[],
             :status_each::text[], :data_each::text[], :run_at_each::timestamptz[],
             :expires_at_each::timestamptz[], :priority_each::int4[], :weight_each::int4[],
@@ -122,12 +123,13 @@ FROM unnest(:queue_each::text[], :id_each::text[], :token_each::text[],
             :created_at_each::timestamptz[], :updated_at_each::timestamptz[],
             :launched_at_each::timestamptz[], :deadline_each::timestamptz[],
             :owner_each::text[], :launch_confirmed_each::bool[], :result_each::text[],
-            :error_each::text[], :replay_of_each::text[], :body_hash_each::text[])
+            :error_each::text[], :replay_of_each::text[], :body_hash_each::text[],
+            :trace_each::text[])
     AS u(queue, id, token, status, data, run_at, expires_at, priority, weight, critical,
          time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
          ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
          updated_at, launched_at, deadline, owner, launch_confirmed, result, error,
-         replay_of, body_hash)
+         replay_of, body_hash, trace)
 WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a
                   WHERE a.queue = COALESCE(u.queue, :queue) AND a.id = u.id)
 RETURNING queue, id
@@ -138,7 +140,7 @@ INSERT INTO jobs (queue, id, token, status, data, run_at, expires_at, priority, 
                   critical, time_windows, timezone, timeout_seconds, correlation_key,
                   correlation_fixed, ordering_key, key_order_at, group_key, attempt,
                   max_attempts, created_at, updated_at, launched_at, deadline, owner,
-                  launch_confirmed, result, error, replay_of, body_hash)
+                  launch_confirmed, result, error, replay_of, body_hash, trace)
 SELECT COALESCE(u.queue, :queue::text), u.id, COALESCE(u.token, :token::text),
        COALESCE(u.status, :status::text), COALESCE(u.data, :data::text)::jsonb,
        COALESCE(u.run_at, :run_at::timestamptz),
@@ -160,7 +162,8 @@ SELECT COALESCE(u.queue, :queue::text), u.id, COALESCE(u.token, :token::text),
        COALESCE(u.deadline, :deadline::timestamptz), COALESCE(u.owner, :owner::text),
        COALESCE(u.launch_confirmed, :launch_confirmed::bool),
        COALESCE(u.result, :result::text)::jsonb, COALESCE(u.error, :error::text)::jsonb,
-       COALESCE(u.replay_of, :replay_of::text), COALESCE(u.body_hash, :body_hash::text)
+       COALESCE(u.replay_of, :replay_of::text), COALESCE(u.body_hash, :body_hash::text),
+       COALESCE(u.trace, :trace::text)
 FROM unnest(:queue_each::text[], :id_each::text[], :token_each::text[],
             :status_each::text[], :data_each::text[], :run_at_each::timestamptz[],
             :expires_at_each::timestamptz[], :priority_each::int4[], :weight_each::int4[],
@@ -172,12 +175,13 @@ FROM unnest(:queue_each::text[], :id_each::text[], :token_each::text[],
             :created_at_each::timestamptz[], :updated_at_each::timestamptz[],
             :launched_at_each::timestamptz[], :deadline_each::timestamptz[],
             :owner_each::text[], :launch_confirmed_each::bool[], :result_each::text[],
-            :error_each::text[], :replay_of_each::text[], :body_hash_each::text[])
+            :error_each::text[], :replay_of_each::text[], :body_hash_each::text[],
+            :trace_each::text[])
     AS u(queue, id, token, status, data, run_at, expires_at, priority, weight, critical,
          time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
          ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
          updated_at, launched_at, deadline, owner, launch_confirmed, result, error,
-         replay_of, body_hash)
+         replay_of, body_hash, trace)
 WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a
                   WHERE a.queue = COALESCE(u.queue, :queue) AND a.id = u.id)
 ON CONFLICT DO NOTHING RETURNING queue, id
@@ -456,12 +460,12 @@ archived AS (
         queue, id, token, data, run_at, expires_at, priority, weight, critical,
         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
-        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
         status, result, error, updated_at, finished_at)
     SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
            time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
            ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
-           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
            end_status, end_result, end_error, :now::timestamptz, :now::timestamptz
     FROM ended
     ON CONFLICT DO NOTHING),
@@ -576,12 +580,12 @@ archived AS (
         queue, id, token, data, run_at, expires_at, priority, weight, critical,
         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
-        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
         status, result, error, updated_at, finished_at)
     SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
            time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
            ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
-           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
            end_status, result, end_error::jsonb, :now::timestamptz, :now::timestamptz
     FROM gone
     ON CONFLICT DO NOTHING)
@@ -608,12 +612,12 @@ archived AS (
         queue, id, token, data, run_at, expires_at, priority, weight, critical,
         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
-        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
         status, result, error, updated_at, finished_at)
     SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
            time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
            ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
-           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash,
+           launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
            'expired', result, :error::text::jsonb, :now::timestamptz, :now::timestamptz
     FROM gone
     ON CONFLICT DO NOTHING)

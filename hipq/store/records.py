@@ -137,12 +137,14 @@ class Change:
     inbox_ids: tuple[int, ...] = ()  # responses applied by this change, marked with it
     give_back: bool = False  # REQUEUE of a throttled try: the attempt is not spent
     token: str | None = None  # REQUEUE: the job's new token (a throttled try's give-back)
+    trace: str | None = None  # the job's trace context (hipq.tracing), for logs and spans
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class IntakeRow:
     """A row of the intake (SPEC 16): a job a producer enqueued from SQL, pending
-    (``error`` None) or rejected with its error."""
+    (``error`` None) or rejected with its error. Not frozen: one is made per row
+    ingested, and a frozen dataclass's ``__init__`` costs twice as much."""
 
     id: int
     queue: str

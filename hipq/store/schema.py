@@ -31,7 +31,7 @@ from sqlalchemy.engine import Dialect
 from hipq.clock import utc
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 7  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 8  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +152,9 @@ queues = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# trace: the job's W3C trace context (hipq.tracing), added by version 8, hence last
 jobs = sa.Table(
-    "jobs", metadata, *_job_columns(),
+    "jobs", metadata, *_job_columns(), sa.Column("trace", sa.Text),
     sa.PrimaryKeyConstraint("queue", "id", name="jobs_pkey"),
 )
 sa.Index("ix_jobs_due_time", jobs.c.queue, jobs.c.run_at, jobs.c.priority, jobs.c.id,
@@ -185,6 +186,7 @@ sa.Index("ux_jobs_correlation_key", jobs.c.correlation_key, unique=True,
 archived_jobs = sa.Table(
     "archived_jobs", metadata, *_job_columns(),
     sa.Column("finished_at", UTCDateTime, nullable=False),
+    sa.Column("trace", sa.Text),
     sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
 )
 sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,

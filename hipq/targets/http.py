@@ -1,7 +1,8 @@
 """The HTTP target: ``{kind: http, url, mode: callback|sync, timeout_seconds, headers, auth}``.
 
 Each launch is one ``POST`` of ``{"id", "queue", "data", "attempt", "max_attempts",
-"correlation_key", "callback_url"}`` with the header ``Hipq-Correlation-Key``, to
+"correlation_key", "callback_url"}`` with the header ``Hipq-Correlation-Key`` (and for
+a job with a trace, the try's ``traceparent`` and ``tracestate``: docs/traces.md), to
 the URL template rendered with ``{queue}`` and ``{id}`` (URL-quoted).
 
 How answers map to outcomes:
@@ -50,6 +51,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
+from hipq import tracing
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
@@ -146,7 +148,9 @@ class HttpTarget:
             raise TransientLaunchError("no HTTP client: HTTP targets run inside a daemon")
         key = job.correlation_key or ""
         try:
-            headers = self._fixed + header_block(((CORRELATION_HEADER, key),))
+            headers = self._fixed + header_block(
+                ((CORRELATION_HEADER, key),) if job.trace is None  # the try's traceparent
+                else ((CORRELATION_HEADER, key), *tracing.try_headers()))
         except ValueError:
             return Completed(status="failed", retryable=False, kind=ErrorKind.TRANSPORT,
                              error={"detail": "the correlation key cannot be sent in an "

@@ -3,7 +3,8 @@
 Each launch produces one message to ``topic``: the JSON value ``{"id", "queue",
 "data", "attempt", "max_attempts", "correlation_key", "callback_url"}`` (as the
 HTTP target posts), the correlation key as the header ``Hipq-Correlation-Key``
-(plus ``Hipq-Queue``, ``Hipq-Job-Id`` and ``Hipq-Attempt``), and as message key
+(plus ``Hipq-Queue``, ``Hipq-Job-Id`` and ``Hipq-Attempt``, and for a job with a trace
+the try's ``traceparent`` and ``tracestate``: docs/traces.md), and as message key
 the correlation key, or the ``key`` template rendered over ``id``, ``queue``,
 ``data``, ``attempt`` and ``correlation_key`` (e.g. ``"{data.customer}"`` keeps
 one customer's requests in order on one partition).
@@ -47,6 +48,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from hipq import tracing
 from hipq.clock import Clock, SystemClock
 from hipq.config import KafkaConfig
 from hipq.config import KafkaTarget as KafkaTargetConfig
@@ -288,6 +290,8 @@ class KafkaTarget:
         value = _ENCODE(self.body_for(job, key)).encode()
         headers = [(CORRELATION_HEADER, key.encode()), (QUEUE_HEADER, job.queue.encode()),
                    (JOB_ID_HEADER, job.id.encode()), (ATTEMPT_HEADER, str(job.attempt).encode())]
+        if job.trace is not None:  # the try's traceparent (and tracestate), docs/traces.md
+            headers.extend((name, value.encode()) for name, value in tracing.try_headers())
         return await self.producer.dispatch(self.config.topic, key=message_key.encode(),
                                             value=value, headers=headers)
 

@@ -1,8 +1,10 @@
 """The Python target: ``{kind: python, function: "module:attr", options: {...}}``.
 
 The function gets the job (a snapshot) and, if it accepts them, the ``options``
-as keyword arguments. It may be ``async`` or plain (then it runs in a worker
-thread). Its return value is the job's result; returning
+as keyword arguments. For a job with a trace, the try's context is
+:func:`hipq.tracing.current_traceparent` while it runs (with OpenTelemetry, the
+``hipq try`` span is the current span: docs/traces.md). It may be ``async`` or
+plain (then it runs in a worker thread). Its return value is the job's result; returning
 ``hipq.targets.ACCEPTED`` says the outcome will be reported later. Raising
 :class:`~hipq.errors.LaunchError` (not retryable) fails the job at once; any other
 exception is a retryable ``response_failed`` try, its traceback kept on the try

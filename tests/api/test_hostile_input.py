@@ -206,11 +206,13 @@ async def test_a_bad_batch_item_is_invalid_and_the_others_are_stored(live: LiveF
     raw = (b'{"jobs": [{"id": "a", "data": {"x": 1e400}}, {"id": "b", "data": {"n": 1}},'
            b' {"id": "c", "data": {"x": NaN}}, {"id": "d", "data": ' +
            str(nested(70)).replace("'", '"').encode() + b'},'
-           b' {"id": "e", "data": {"x": 99999999999999999999}}, {"id": "f"}]}')
+           b' {"id": "e", "data": {"x": 99999999999999999999}}, {"id": "f"},'
+           b' {"id": "g\\ud800"}]}')  # a lone surrogate: echoed escaped, never a 500
     status, body = await _raw(api, "POST", "/v1/jobs/q/batch", raw, "application/json")
     assert status == 200, body
     assert [j["status"] for j in body["jobs"]] == ["invalid", "created", "invalid", "invalid",
-                                                   "invalid", "created"]
+                                                   "invalid", "created", "invalid"]
+    assert body["jobs"][-1]["id"] == "g\ud800"
     for job_id, stored in (("a", False), ("b", True), ("c", False), ("d", False),
                            ("e", False), ("f", True)):
         assert (await api.call("GET", f"/v1/jobs/q/{job_id}"))[0] == (200 if stored else 404)

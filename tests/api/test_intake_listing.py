@@ -239,11 +239,17 @@ async def test_large_values_are_cut_and_pages_stay_bounded(
     ("colour=red", 422, "invalid_request"),
     ("queue=%00", 422, "invalid_request"),
     ("cursor=nonsense", 400, "invalid_cursor"),
-    ("cursor=W10", 400, "invalid_cursor"),  # "[]"
-    ("cursor=WyIyMDMwLTAxLTAxVDAwOjAwOjAwIiwxXQ", 400, "invalid_cursor"),  # naive time
-    ("cursor=" + "A" * 2001, 422, "invalid_request"),
-    ("cursor=W10=", 422, "invalid_request"),  # padded: never given out
-    ("cursor=%C3%A9", 422, "invalid_request"),
+    ("cursor=W10", 400, "invalid_cursor"),  # an old (base64) cursor: "[]"
+    ("cursor=WyIyMDMwLTAxLTAxVDAwOjAwOjAwIiwxXQ", 400, "invalid_cursor"),  # old format
+    ("cursor=" + "A" * 501, 422, "invalid_request"),  # over the published maxLength
+    ("cursor=W10=", 400, "invalid_cursor"),
+    ("cursor=%C3%A9", 400, "invalid_cursor"),
+    ("cursor=5", 400, "invalid_cursor"),  # <microseconds>~<row id>: both needed
+    ("cursor=5~", 400, "invalid_cursor"),
+    ("cursor=5~-1", 400, "invalid_cursor"),
+    ("cursor=5~1~2", 400, "invalid_cursor"),
+    ("cursor=1234567890123456789~1", 400, "invalid_cursor"),  # 19 digits
+    ("cursor=5%7E1%00", 422, "invalid_request"),  # NUL: refused as in any query value
     ("queue=" + "q" * 201, 422, "invalid_request"),
 ])
 async def test_bad_parameters_are_refused(bare: Bare, query: str, status: int,
@@ -269,8 +275,8 @@ async def test_the_route_is_documented_with_its_constraints(bare: Bare) -> None:
                                 "description": params["status"]["description"],
                                 "title": "Status", "type": "string"}
     assert (params["limit"]["minimum"], params["limit"]["maximum"]) == (1, 1000)
-    cursor = params["cursor"]["anyOf"][0]
-    assert (cursor["pattern"], cursor["maxLength"]) == ("^[A-Za-z0-9_-]*$", 2000)
+    assert params["cursor"]["pattern"] == r"^[0-9]{1,18}~[0-9]{1,18}$"  # <µs>~<row id>
+    assert params["cursor"]["anyOf"][0]["maxLength"] == 500
     assert params["queue"]["anyOf"][0]["maxLength"] == 200
     assert {"200", "400", "401", "403", "422"} <= set(op["responses"])
     page = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]

@@ -8,10 +8,9 @@ from typing import Any
 
 from tests.api.conftest import READER, Api, Downstream, LiveFactory, http_queue
 
-BIG_PRIORITY: Any = {"t": "2020-01-01T00:00:00Z"}, 2**40
 
-
-def _cursor(wire: list[Any]) -> str:
+def _old_cursor(wire: list[Any]) -> str:
+    """A cursor in the format given out before the readable one (base64 JSON)."""
     return base64.urlsafe_b64encode(json.dumps(wire).encode()).decode().rstrip("=")
 
 
@@ -70,12 +69,22 @@ async def test_bad_requests_are_4xx(live: LiveFactory) -> None:
     await api.call("POST", "/v1/jobs", {"id": "q"})
     for query, code in [("", 422), ("name=q&state=done", 422), ("name=q&limit=0", 422),
                         ("name=q&cursor=nonsense", 400), ("name=nope", 404),
-                        ("name=q&cursor=WyJydW5uaW5nIiwxXQ", 400),
-                        (f"name=q&cursor={_cursor(['queued', {'x': 1}, 5, 'a'])}", 400),
-                        (f"name=q&cursor={_cursor(['queued', *BIG_PRIORITY, 'a'])}", 400)]:
+                        ("name=q&cursor=WyJydW5uaW5nIiwxXQ", 400),  # old format
+                        (f"name=q&cursor={_old_cursor(['queued', {'t': '2020'}, 5, 'a'])}",
+                         400),
+                        ("name=q&cursor=5~x~a", 400), ("name=q&cursor=5~1", 400),
+                        ("name=q&cursor=5~1~a~b", 400), ("name=q&cursor=5~1~a/b", 400),
+                        ("name=q&cursor=5~12345678901~a", 400),  # over 10 digits
+                        ("name=q&cursor=" + "1" * 19 + "~1~a", 400),
+                        ("name=q&cursor=5~1~a%00", 422),
+                        # <µs>~<priority>~<id>: any such cursor is a position (the
+                        # priority held to 32 bits), in either state and order
+                        ("name=q&cursor=5~9999999999~a", 200),
+                        ("name=q&state=running&cursor=999999999999999999~-9999999999~a", 200),
+                        ("name=q&cursor=0~0~0", 200)]:
         status, body = await api.call("GET", f"/v1/queued-jobs?{query}")
         assert status == code, (query, body)
-        assert "error" in body
+        assert "error" in body if code != 200 else body["next_cursor"] is None
     status, _ = await api.call("GET", "/v1/queued-jobs?name=q&state=queued&limit=1")
     assert status == 200
     status, body = await api.call("GET", "/v1/queued-jobs?name=q", token=None)

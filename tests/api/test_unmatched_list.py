@@ -134,26 +134,26 @@ async def test_a_large_result_is_cut_and_pages_stay_bounded(
         assert item["error"].startswith('"eee')
 
 
-def _cursor(*parts: Any) -> str:
+def _old_cursor(*parts: Any) -> str:
+    """A cursor in the format given out before the readable one (base64 JSON)."""
     return base64.urlsafe_b64encode(json.dumps(list(parts)).encode()).decode().rstrip("=")
+
+
+LAST = "9" * 18  # the largest time and row id a cursor may hold (past 9999-12-31: the end)
 
 
 @pytest.mark.parametrize(("query", "status"), [
     ("outcome=applied", 422), ("outcome=", 422), ("limit=0", 422), ("limit=1001", 422),
     ("limit=abc", 422), ("limit=1e400", 422), ("limit=99999999999999999999999", 422),
-    ("name=q", 422), ("outcome=unmatched%00", 422), ("cursor=" + "A" * 2001, 422),
+    ("name=q", 422), ("outcome=unmatched%00", 422), ("cursor=" + "A" * 501, 422),
     ("cursor=nonsense", 400), ("cursor=////", 400), ("cursor=e30", 400),
-    (f"cursor={_cursor('2026-01-01T00:00:00+00:00', 'x')}", 400),
-    (f"cursor={_cursor('2026-01-01T00:00:00+00:00', True)}", 400),
-    (f"cursor={_cursor('2026-01-01T00:00:00+00:00', -1)}", 400),
-    (f"cursor={_cursor('2026-01-01T00:00:00+00:00', 2**63)}", 400),
-    (f"cursor={_cursor('2026-01-01T00:00:00', 5)}", 400),
-    (f"cursor={_cursor('9999-12-31T23:59:59-14:00', 5)}", 400),
-    (f"cursor={_cursor('0001-01-01T00:00:00+14:00', 5)}", 400),
-    (f"cursor={_cursor(1, 2, 3)}", 400), (f"cursor={_cursor('[' * 1400)}", 400),
-    ("cursor=" + base64.urlsafe_b64encode(b"[" * 1400).decode(), 400),
-    (f"cursor={_cursor('9999-12-31T23:59:59+00:00', 2**63 - 1)}", 200),
-    (f"cursor={_cursor('0001-01-01T00:00:00+00:00', 0)}", 200),
+    ("cursor=5~x", 400), ("cursor=5~true", 400), ("cursor=5~-1", 400),
+    ("cursor=5~" + "1" * 19, 400), ("cursor=" + "1" * 19 + "~5", 400),
+    ("cursor=-5~5", 400), ("cursor=~5", 400), ("cursor=5~", 400), ("cursor=5", 400),
+    ("cursor=1~2~3", 400), ("cursor=5~5%00", 422), ("cursor=%EF%BC%95~5", 400),
+    ("cursor=" + "[" * 400, 400),
+    (f"cursor={_old_cursor('2026-01-01T00:00:00+00:00', 5)}", 400),  # old cursors stop
+    (f"cursor={LAST}~{LAST}", 200), ("cursor=0~0", 200), ("cursor=000~000", 200),
 ])
 async def test_bad_query_values_are_refused(live: LiveFactory, query: str, status: int) -> None:
     api = (await live()).api

@@ -167,6 +167,8 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "ALTER TABLE response_inbox DROP COLUMN token",  # version 3
     "DROP TABLE daemons",  # version 4
     "DROP INDEX ix_response_inbox_unmatched",  # version 5
+    "ALTER TABLE jobs DROP COLUMN trace",  # version 8
+    "ALTER TABLE archived_jobs DROP COLUMN trace",
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 

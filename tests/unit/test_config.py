@@ -17,8 +17,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_example_config_is_valid() -> None:
-    settings = load_config(Path(__file__).parents[2] / "config.example.yaml", env={})
-    assert settings.database.url == "sqlite+aiosqlite:///hipq.db"
+    root = Path(__file__).parents[2]
+    settings = load_config(root / "config.example.yaml", env={})
+    # a relative SQLite path is relative to the config file's directory
+    assert settings.database.url == f"sqlite+aiosqlite:///{root.absolute()}/hipq.db"
     assert [q.id for q in settings.queues] == ["greetings", "flaky"]
     assert settings.signing_key == "" or settings.signing_key is None
 
@@ -34,7 +36,8 @@ def test_defaults_without_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_env_substitution_and_database_override(tmp_path: Path) -> None:
     path = write(tmp_path, "database:\n  url: ${DB_URL}\napi:\n  port: ${PORT:-9000}\n")
     settings = load_config(path, env={"DB_URL": "sqlite+aiosqlite:///x.db"})
-    assert settings.database.url == "sqlite+aiosqlite:///x.db"
+    # the file's database.url, substituted, names a file beside the config
+    assert settings.database.url == f"sqlite+aiosqlite:///{tmp_path}/x.db"
     assert settings.api.port == 9000
     overridden = load_config(path, env={"DB_URL": "sqlite+aiosqlite:///x.db",
                                         "HIPQ_DATABASE_URL": "postgresql+asyncpg://h/db"})
@@ -54,7 +57,7 @@ def test_missing_env_var_is_named() -> None:
         ("queues:\n  - id: q\n    colour: red\n", "queues[0].colour: unknown key"),
         ("reconcile:\n  interval: 5\n", "reconcile.interval: unknown key"),
         ("queues:\n  - id: q\n    target: {kind: python, function: 'no colon'}\n",
-         "queues[0].target.function: String should match pattern"),
+         "queues[0].target.function: 'no colon' is not a module:function path"),
         ("queues:\n  - id: q\n  - id: q\n", "queue id 'q' is declared twice"),
         ("queues:\n  - id: q\n    timezone: Mars/Base\n", "unknown timezone 'Mars/Base'"),
         ("api: [1, 2]\n", "api: Input should be a valid dictionary"),

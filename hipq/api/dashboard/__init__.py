@@ -59,12 +59,16 @@ async def style(request: web.Request) -> web.Response:
 class WhoAmI(_Out):
     role: str = Field(description="admin | producer | reader")
     auth: bool = Field(description="whether this API needs tokens")
+    trace_url: str | None = Field(
+        default=None, description="dashboard.trace_url: where a job's trace is shown, "
+        "{trace_id} standing for its trace id (docs/traces.md); null when not set")
 
 
 async def whoami(request: web.Request) -> web.Response:
-    tokens = request.app[DEPS].config.tokens
+    deps = request.app[DEPS]
+    tokens, trace_url = deps.config.tokens, deps.trace_url
     if not tokens:
-        return reply(WhoAmI(role="admin", auth=False))
+        return reply(WhoAmI(role="admin", auth=False, trace_url=trace_url))
     _, _, presented = request.headers.get("Authorization", "").partition(" ")
     role = TokenAuth(tokens).role_of(presented.strip()) or Role.READER
-    return reply(WhoAmI(role=role.name.lower(), auth=True))
+    return reply(WhoAmI(role=role.name.lower(), auth=True, trace_url=trace_url))

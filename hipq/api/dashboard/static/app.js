@@ -1,27 +1,36 @@
 // The hipq dashboard: plain JS over the HTTP API; no build step, no dependencies.
-// Views (by URL hash): #/ queues, #/queue/NAME, #/job/QUEUE/ID, #/morgue, #/unmatched.
+// Views (by URL hash): #/ queues, #/queue/NAME, #/job/QUEUE/ID, #/finished/QUEUE/STATUS,
+// #/search/ID[/QUEUE], #/morgue, #/unmatched (docs/dashboard.md). Times are shown in UTC.
 "use strict";
 
 const REFRESH_MS = 2000;
 const AUTH = document.documentElement.dataset.auth === "true";  // set by the daemon
 const PAGE = 20;
-const CHART_POINTS = 60;
 const ROLES = { reader: 1, producer: 2, admin: 3 };
-const state = { role: null, timer: null, history: [], last: null, flash: "", cursors: {} };
+const state = { role: null, timer: null, flash: "", cursors: {} };
 
 const $ = (sel) => document.querySelector(sel);
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g,
   (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 const enc = encodeURIComponent;
 const may = (role) => (ROLES[state.role] || 0) >= ROLES[role];
-const when = (iso) => (iso ? new Date(iso).toISOString().replace("T", " ").slice(0, 19) : "-");
+const when = (iso) => (iso ? new Date(iso).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "-");
 const badge = (text) => `<span class="badge ${esc(text)}">${esc(text)}</span>`;
 
 function token() { return sessionStorage.getItem("hipq-token") || ""; }
 
+// The API's error message, with the fields a validation error names
+function errorText(status, body) {
+  const e = body?.error;
+  if (!e) return `HTTP ${status}`;
+  const details = Array.isArray(e.details)
+    ? e.details.filter((d) => d && d.msg).map((d) => `${(d.loc || []).join(".")}: ${d.msg}`) : [];
+  return details.length ? `${e.message}: ${details.join("; ")}` : e.message;
+}
+
 class ApiError extends Error {
   constructor(status, body) {
-    super(body?.error?.message || `HTTP ${status}`);
+    super(errorText(status, body));
     this.status = status;
   }
 }
@@ -29,14 +38,20 @@ class ApiError extends Error {
 async function api(method, path, opts = {}) {
   const headers = {};
   if (token()) headers.Authorization = "Bearer " + token();
-  const answer = await fetch(path, { method, headers });
+  const init = { method, headers };
+  if (opts.body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(opts.body);
+  }
+  const answer = await fetch(path, init);
   if (opts.text) {
     if (!answer.ok) throw new ApiError(answer.status, null);
     return answer.text();
   }
   const body = await answer.json().catch(() => null);
   if (!answer.ok) throw new ApiError(answer.status, body);
-  return body;
+  // opts.warning: the body and the API's warning header (e.g. a queue declared in YAML)
+  return opts.warning ? { body, warning: answer.headers.get("Hipq-Warning") } : body;
 }
 
 // -- login -------------------------------------------------------------------------
@@ -58,7 +73,9 @@ function showLogin(message) {
 async function start() {
   if (AUTH && !token()) { showLogin(); return; }
   try {
-    state.role = (await api("GET", "/v1/whoami")).role;
+    const me = await api("GET", "/v1/whoami");
+    state.role = me.role;
+    state.traceUrl = me.trace_url || null; // dashboard.trace_url (docs/traces.md)
   } catch (err) {
     sessionStorage.removeItem("hipq-token");
     showLogin(err.status === 401 ? "That token was not accepted." : err.message);
@@ -79,12 +96,13 @@ async function route() {
   for (const a of document.querySelectorAll("header nav a")) {
     a.classList.toggle("active", a.dataset.view === (parts[0] || "queues"));
   }
-  const view = { queue: queueView, job: jobView, morgue: morgueView, unmatched: unmatchedView }[parts[0]]
-    || queuesView;
+  const view = { queue: queueView, job: jobView, morgue: morgueView, unmatched: unmatchedView,
+    finished: finishedView, search: searchView }[parts[0]] || queuesView;
   const tick = async () => {
+    if (state.timer && editing()) { state.timer = setTimeout(tick, REFRESH_MS); return; }
     try {
       await view(...parts.slice(1));
-      $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
+      $("#updated").textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
     } catch (err) {
       if (err.status === 401) { sessionStorage.removeItem("hipq-token"); showLogin(err.message); return; }
       $("#view").innerHTML = `<section><p class="error">${esc(err.message)}</p></section>`;
@@ -93,6 +111,9 @@ async function route() {
   };
   await tick();
 }
+
+// a live view is not redrawn while someone types in one of its forms
+function editing() { return Boolean(document.activeElement?.closest("#view form")); }
 
 function flash(message) { state.flash = message; }
 function takeFlash() {
@@ -114,9 +135,9 @@ async function act(label, method, path, after) {
 // -- queues ---------------------------------------------------------------------------
 
 async function queuesView() {
-  const [stats, text] = await Promise.all([api("GET", "/v1/stats"),
-    api("GET", "/metrics", { text: true }).catch(() => "")]);
-  sample(text);
+  const [stats, list, outcomes] = await Promise.all([api("GET", "/v1/stats"),
+    api("GET", "/v1/jobs"), api("GET", "/v1/outcomes")]);
+  const queues = Object.fromEntries(list.queues.map((q) => [q.id, q]));
   const rows = stats.queues.map((q) => `<tr data-queue="${esc(q.queue)}">
     <td><a href="#/queue/${enc(q.queue)}">${esc(q.queue)}</a> ${q.paused ? badge("paused") : ""}</td>
     <td class="num">${q.queued}${q.intake ? ` <span class="intake" data-intake="${q.intake}"
@@ -125,22 +146,23 @@ async function queuesView() {
     <td class="num">${q.running}</td>
     <td class="num">${q.running_weight}/${q.concurrency ?? "&infin;"}</td>
     <td class="num">${q.oldest_due_age_seconds == null ? "-" : q.oldest_due_age_seconds.toFixed(1) + " s"}</td>
+    <td class="hour">${hourWords(outcomes.queues[q.queue])}</td>
+    <td class="why">${whyWords(queues[q.queue])}</td>
     <td>${may("admin") ? `<button class="toggle" data-queue="${esc(q.queue)}"
       data-paused="${q.paused}">${q.paused ? "resume" : "pause"}</button>` : ""}</td></tr>`);
   const r = stats.responses;
   const intake = stats.intake || { pending: 0, rejected: 0 };
   $("#view").innerHTML = `${takeFlash()}<div class="grid"><section><h2>Queues</h2>
     <table id="queues"><thead><tr><th>queue</th><th class="num">queued</th><th class="num">due</th>
-    <th class="num">running</th><th class="num">weight/capacity</th><th class="num">lag</th><th></th>
-    </tr></thead><tbody>${rows.join("") || '<tr><td colspan="7" class="muted">no queues</td></tr>'}
+    <th class="num">running</th><th class="num">weight/capacity</th><th class="num">lag</th>
+    <th>last hour</th><th>waiting on</th><th></th>
+    </tr></thead><tbody>${rows.join("") || '<tr><td colspan="9" class="muted">no queues</td></tr>'}
     </tbody></table>${intake.pending || intake.rejected ? `<p id="intake" class="muted">Enqueued
     from SQL: <span data-count="pending">${intake.pending}</span> waiting to be ingested,
     <span data-count="rejected">${intake.rejected}</span> rejected (listed by
     <code>GET /v1/intake?status=rejected</code> and <code>hipq intake --rejected</code>).</p>` : ""}
     </section>
-    <section><h2>Throughput (jobs/s)</h2>${chart()}
-    <p class="muted"><span style="color:var(--ok)">&#9632;</span> succeeded
-    <span style="color:var(--bad)">&#9632;</span> failed or retried</p></section></div>
+    <section><h2>Outcomes per minute, last hour</h2>${outcomeChart(outcomes, "chart")}</section></div>
     <section id="responses"><h2>Responses</h2><table><tr>
     ${["pending", "applied", "duplicate", "stale", "late", "unmatched"].map((k) =>
       `<th class="num">${k}</th>`).join("")}</tr><tr>
@@ -156,32 +178,75 @@ async function queuesView() {
 }
 queuesView.live = true;
 
-function sample(text) {
-  const now = Date.now() / 1000;
-  let ok = 0, bad = 0;
-  for (const line of text.split("\n")) {
-    const m = line.match(/^hipq_job_outcomes_total\{([^}]*)\} ([0-9.e+]+)/);
-    if (!m) continue;
-    if (/outcome="succeeded"/.test(m[1])) ok += Number(m[2]);
-    else if (!/outcome="cancelled"/.test(m[1])) bad += Number(m[2]);
-  }
-  if (state.last && now > state.last.at) {
-    const dt = now - state.last.at;
-    state.history.push({ ok: Math.max(ok - state.last.ok, 0) / dt, bad: Math.max(bad - state.last.bad, 0) / dt });
-    state.history = state.history.slice(-CHART_POINTS);
-  }
-  state.last = { at: now, ok, bad };
+// -- outcomes of the last hour (GET /v1/outcomes: kept by the daemon, per minute) -----
+
+const OUTCOME_GROUPS = [  // [css class, words, outcomes], stacked from the bottom
+  ["ok", "succeeded", ["succeeded"]],
+  ["bad", "failed, timed out or lost", ["failed", "timeout", "lost"]],
+  ["retry", "retried or throttled", ["retried", "throttled"]],
+  ["gone", "expired or cancelled", ["expired", "cancelled"]],
+];
+const hhmm = (iso) => new Date(iso).toISOString().slice(11, 16);
+const countOf = (counts, keys) => keys.reduce((sum, k) => sum + ((counts || {})[k] || 0), 0);
+
+function outcomeWords(counts) {
+  return Object.entries(counts || {}).filter(([, n]) => n > 0).map(([k, n]) => `${n} ${k}`).join(", ");
 }
 
-function chart() {
-  const w = 400, h = 150, points = state.history;
-  const top = Math.max(1, ...points.map((p) => Math.max(p.ok, p.bad)));
-  const line = (key) => points.map((p, i) =>
-    `${(i * w / (CHART_POINTS - 1)).toFixed(1)},${(h - 14 - p[key] / top * (h - 24)).toFixed(1)}`).join(" ");
-  return `<svg class="chart" id="chart" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none">
-    <line x1="0" y1="${h - 14}" x2="${w}" y2="${h - 14}" stroke="#e4e7ec"/>
-    <text x="2" y="10">${top.toFixed(1)}/s</text><text x="2" y="${h - 2}">last ${CHART_POINTS * REFRESH_MS / 1000} s</text>
-    <polyline class="ok" points="${line("ok")}"/><polyline class="bad" points="${line("bad")}"/></svg>`;
+function outcomeBars(minutes, w, base, top) {
+  const bw = w / minutes.length;
+  return minutes.map((m, i) => {
+    let y = base;
+    const rects = OUTCOME_GROUPS.map(([cls, , keys]) => {
+      const n = countOf(m.counts, keys);
+      if (!n) return "";
+      const height = n / top * (base - 4);
+      y -= height;
+      return `<rect class="${cls}" x="${(i * bw + 0.5).toFixed(1)}" y="${y.toFixed(1)}" width="${Math.max(bw - 1, 1).toFixed(1)}" height="${height.toFixed(1)}"/>`;
+    }).join("");
+    const words = outcomeWords(m.counts) || "nothing";
+    return rects ? `<g data-minute="${esc(m.at)}"><title>${esc(`${hhmm(m.at)} UTC: ${words}`)}</title>${rects}</g>` : "";
+  }).join("");
+}
+
+// stacked bars, one per minute; the hover title of a bar says what it counts
+function outcomeChart(history, id) {
+  const w = 480, base = 120, minutes = history.minutes;
+  const top = Math.max(1, ...minutes.map((m) => countOf(m.counts, OUTCOME_GROUPS.flatMap((g) => g[2]))));
+  const total = {};
+  for (const m of minutes) for (const [k, n] of Object.entries(m.counts)) total[k] = (total[k] || 0) + n;
+  const since = history.recorded_since;
+  const empty = Object.keys(total).length ? "" : `<p class="empty muted">${
+    since ? `no job ended since ${esc(hhmm(since))} UTC` : "this daemon keeps no outcomes"}</p>`;
+  const legend = OUTCOME_GROUPS.map(([cls, words]) => `<span class="key ${cls}">&#9632;</span> ${words}`).join(" ");
+  const kept = since && new Date(since) > new Date(history.since)
+    ? ` Kept by this daemon since its start at ${esc(hhmm(since))} UTC (in memory).` : "";
+  // the bars stretch to the box (no text inside the SVG, so none is stretched)
+  return `<div class="chartbox"><div class="axis"><span>${top}/min</span></div>
+    <svg class="bars" id="${id}" viewBox="0 0 ${w} ${base}" preserveAspectRatio="none" role="img"
+      aria-label="outcomes per minute"><line x1="0" y1="${base - 0.5}" x2="${w}" y2="${base - 0.5}" stroke="#d0d5dd"/>
+    ${outcomeBars(minutes, w, base, top)}</svg>${empty}
+    <div class="axis"><span>${esc(hhmm(history.since))} UTC</span><span>now</span></div></div>
+    <p class="muted legend">${legend}</p>
+    <p class="muted" id="${id}-total">Last hour: ${esc(outcomeWords(total) || "nothing ended")}.${kept}</p>`;
+}
+
+function hourWords(counts) {
+  if (!counts) return '<span class="muted">-</span>';
+  const ok = countOf(counts, ["succeeded"]), bad = countOf(counts, ["failed", "timeout", "lost"]);
+  return `<span title="${esc(outcomeWords(counts))}"><span class="ok">${ok} ok</span>${
+    bad ? ` <span class="bad">${bad} failed</span>` : ""}</span>`;
+}
+
+// the queues page's one line on why a queue's jobs wait (the queue page says more)
+function whyWords(queue) {
+  if (!queue) return "";
+  const words = [];
+  if (queue.paused) words.push("paused");
+  const pauses = queue.backoff || [];
+  if (pauses.length) words.push(`partner's pause until ${utc(pauses[0].until)}`);
+  for (const [reason, n] of Object.entries(queue.held || {})) if (n > 0) words.push(`${n} held (${reason})`);
+  return words.length ? `<span class="warn">${esc(words.join("; "))}</span>` : "";
 }
 
 // -- one queue ------------------------------------------------------------------------
@@ -192,10 +257,31 @@ function jobRows(jobs, opts) {
     ${opts.select ? `<td><input type="checkbox" class="pick" data-queue="${esc(j.queue)}" data-id="${esc(j.id)}"></td>` : ""}
     <td><a href="#/job/${enc(j.queue)}/${enc(j.id)}">${esc(j.id)}</a>${opts.queue ? ` <span class="muted">${esc(j.queue)}</span>` : ""}</td>
     <td>${badge(j.status)}</td><td class="num">${j.attempt}/${j.max_attempts}</td>
-    <td>${when(j[opts.time])}</td>
-    <td class="error">${j.error ? esc(`${j.error.kind || ""}: ${j.error.detail || ""}`) : ""}</td>
+    <td class="time">${when(j[opts.time])}</td>
+    <td class="error">${j.error ? esc(errorLine(j.error)) : ""}</td>
     ${opts.cancel && may("producer") ? `<td><button class="cancel danger" data-queue="${esc(j.queue)}" data-id="${esc(j.id)}">cancel</button></td>` : ""}
+    ${opts.replay && may("producer") ? `<td><button class="replay" data-queue="${esc(j.queue)}" data-id="${esc(j.id)}">replay</button></td>` : ""}
   </tr>`).join("");
+}
+
+const ERROR_LINE_CHARS = 300;  // of an error in a table; the job page shows all of it
+
+function errorLine(error) {
+  const text = typeof error === "object" ? `${error.kind || ""}: ${error.detail ?? ""}` : String(error);
+  return text.length > ERROR_LINE_CHARS ? text.slice(0, ERROR_LINE_CHARS) + "\u2026" : text;
+}
+
+// replay a finished job (POST .../replay): a new job, queued now, with the same data
+function bindReplay() {
+  for (const b of document.querySelectorAll("button.replay")) {
+    b.addEventListener("click", async () => {
+      try {
+        const made = await api("POST", `/v1/jobs/${enc(b.dataset.queue)}/${enc(b.dataset.id)}/replay`);
+        flash(`replayed ${b.dataset.id} as ${made.id}`);
+      } catch (err) { flash(`replay of ${b.dataset.id} failed: ${err.message}`); }
+      await route();
+    });
+  }
 }
 
 function bindCancel() {
@@ -284,25 +370,91 @@ function partnerWords(queue) {
   return parts.length ? `<div id="partner">${parts.join("")}</div>` : "";
 }
 
+// -- a queue's settings, and its concurrency set by an admin (POST /v1/jobs) ------------
+
+function flat(value, prefix, out) {
+  if (value && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length) {
+    for (const [k, v] of Object.entries(value)) flat(v, prefix ? `${prefix}.${k}` : k, out);
+  } else {
+    out.push([prefix, value]);
+  }
+  return out;
+}
+
+const shown = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+const unset = (v) => v == null || (typeof v === "object" && Object.keys(v).length === 0);
+
+// every setting that is set, as the API shows it (secrets as "***")
+function settingsTable(config) {
+  const rows = flat(config, "", []).filter(([k, v]) => k !== "id" && !unset(v));
+  return `<table class="settings">${rows.map(([k, v]) =>
+    `<tr data-setting="${esc(k)}"><th>${esc(k)}</th><td><code>${esc(shown(v))}</code></td></tr>`).join("")}</table>`;
+}
+
+function concurrencyForm(queue) {
+  if (!may("admin")) return "";
+  return `<form id="concurrency-form" class="inline" novalidate>
+    <label>concurrency <input id="concurrency" type="number" inputmode="numeric"
+      value="${esc(queue.config.concurrency ?? "")}" placeholder="no limit"></label>
+    <button type="submit">set</button>
+    <span class="muted">empty: no limit</span></form>`;
+}
+
+function bindConcurrency(queue) {
+  const form = $("#concurrency-form");
+  if (!form) return;
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const input = $("#concurrency");
+    if (input.validity.badInput) { flash("concurrency not changed: that is not a number"); await route(); return; }
+    const value = input.value.trim() === "" ? null : Number(input.value);
+    try {
+      const { warning } = await api("POST", "/v1/jobs", { body: { ...queue.config, concurrency: value }, warning: true });
+      flash(`concurrency of ${queue.id} set to ${value ?? "no limit"}${warning ? ` (${warning})` : ""}`);
+    } catch (err) {
+      flash(`concurrency not changed: ${err.message}`);
+    }
+    input.blur();
+    await route();
+  });
+}
+
+// why the queue's next job waits (GET of the job: its "waiting", SPEC 15)
+async function nextWaits(name, queued, first) {
+  if (!first || !queued.jobs.length) return "";
+  const head = queued.jobs[0];
+  const job = await api("GET", `/v1/jobs/${enc(name)}/${enc(head.id)}`).catch(() => null);
+  const w = job?.waiting;
+  if (!w) return "";
+  return `<p id="next-waits">Next in line, <a href="#/job/${enc(name)}/${enc(head.id)}">${esc(head.id)}</a>,
+    waits: <b>${esc(w.reason)}</b>: ${esc(w.detail)}${w.until ? ` (until ${esc(when(w.until))})` : ""}</p>`;
+}
+
 async function queueView(name) {
   const page = async (path, key) => {
     const cursor = cursorOf(key);
     return api("GET", path + (cursor ? `&cursor=${enc(cursor)}` : ""));
   };
   const base = `name=${enc(name)}&limit=${PAGE}`;
-  const [queue, queued, running, failed] = await Promise.all([
+  const [queue, queued, running, failed, outcomes] = await Promise.all([
     api("GET", `/v1/jobs/${enc(name)}`),
     page(`/v1/queued-jobs?${base}&state=queued`, `q:${name}`),
     page(`/v1/queued-jobs?${base}&state=running`, `r:${name}`),
-    api("GET", `/v1/archived-jobs?name=${enc(name)}&status=failed&limit=10`)]);
+    api("GET", `/v1/archived-jobs?name=${enc(name)}&status=failed&limit=10`),
+    api("GET", `/v1/outcomes?name=${enc(name)}`)]);
+  const waits = await nextWaits(name, queued, !cursorOf(`q:${name}`));
   const s = queue.stats || {};
   const cancel = may("producer") ? "<th></th>" : "";
   $("#view").innerHTML = `${takeFlash()}<section><h2>${esc(name)} ${queue.paused ? badge("paused") : ""}</h2>
     <p>${s.queued ?? 0} queued, ${s.due ?? 0} due, ${s.running ?? 0} running
     (weight ${s.running_weight ?? 0}/${queue.config.concurrency ?? "&infin;"}${adaptiveWords(queue)}),
     lag ${s.oldest_due_age_seconds == null ? "-" : s.oldest_due_age_seconds.toFixed(1) + " s"}
-    ${may("admin") ? `<button class="toggle" id="toggle">${queue.paused ? "resume" : "pause"}</button>` : ""}</p>
-    ${partnerWords(queue)}</section>
+    ${may("admin") ? `<button class="toggle" id="toggle">${queue.paused ? "resume" : "pause"}</button>` : ""}
+    &middot; <a id="finished-link" href="#/finished/${enc(name)}/">finished jobs</a></p>
+    ${queue.paused ? '<p id="paused-words" class="warn">Paused by an operator: no job of this queue launches until it is resumed (running jobs finish).</p>' : ""}
+    ${partnerWords(queue)}${waits}</section>
+    <div class="grid"><section id="queue-outcomes"><h2>Outcomes per minute, last hour</h2>${outcomeChart(outcomes, "queue-chart")}</section>
+    <section id="settings"><h2>Settings</h2>${concurrencyForm(queue)}${settingsTable(queue.config)}</section></div>
     <section id="running"><h2>Running (by launch time)</h2><table><thead><tr><th>job</th><th>status</th>
     <th class="num">try</th><th>launched</th><th>last error</th>${cancel}</tr></thead>
     <tbody>${jobRows(running.jobs, { time: "launched_at", cancel: true })}</tbody></table>
@@ -311,11 +463,14 @@ async function queueView(name) {
     <th class="num">try</th><th>run at</th><th>last error</th>${cancel}</tr></thead>
     <tbody>${jobRows(queued.jobs, { time: "run_at", cancel: true })}</tbody></table>
     ${pager(`q:${name}`, queued.next_cursor)}</section>
-    <section id="failures"><h2>Recent failures</h2><table><thead><tr><th>job</th><th>status</th>
-    <th class="num">try</th><th>finished</th><th>error</th></tr></thead>
-    <tbody>${jobRows(failed.jobs, { time: "finished_at" })}</tbody></table></section>`;
+    <section id="failures"><h2>Recent failures <a class="more" href="#/finished/${enc(name)}/failed">all failed jobs</a></h2>
+    <table><thead><tr><th>job</th><th>status</th>
+    <th class="num">try</th><th>finished</th><th>error</th>${cancel}</tr></thead>
+    <tbody>${jobRows(failed.jobs, { time: "finished_at", replay: true })}</tbody></table></section>`;
   bindCancel();
+  bindReplay();
   bindPager();
+  bindConcurrency(queue);
   const toggle = $("#toggle");
   if (toggle) {
     toggle.addEventListener("click", () => act(`${queue.paused ? "resumed" : "paused"} ${name}`,
@@ -331,6 +486,22 @@ queueView.live = true;
 
 // -- one job --------------------------------------------------------------------------
 
+// An error as text to read: its kind and detail, then its other fields, multi-line
+// text (a Python traceback, a response body) preformatted as it was written.
+function errorBlock(error) {
+  if (error == null) return "";
+  if (typeof error !== "object" || Array.isArray(error)) return `<pre class="error">${esc(shown(error))}</pre>`;
+  const { kind, detail, ...rest } = error;
+  const head = `<div class="err-head">${kind ? `<b>${esc(kind)}</b>` : ""}${
+    detail == null ? "" : `${kind ? ": " : ""}${esc(shown(detail))}`}</div>`;
+  const same = (k, v) => (k.endsWith(".kind") && v === kind) || (k.endsWith(".detail") && v === detail);
+  const fields = flat(rest, "", []).filter(([k, v]) => !unset(v) && !same(k, v)).map(([k, v]) =>
+    typeof v === "string" && v.includes("\n")
+      ? `<div class="err-field" data-field="${esc(k)}"><span class="muted">${esc(k)}</span><pre class="trace">${esc(v)}</pre></div>`
+      : `<div class="err-field" data-field="${esc(k)}"><span class="muted">${esc(k)}:</span> <code>${esc(shown(v))}</code></div>`);
+  return `<div class="err">${head}${fields.join("")}</div>`;
+}
+
 // The API answers a job's last 50 history entries and how many it has: say so when cut.
 function shownOf(job) {
   const total = job.history_count ?? job.history.length;
@@ -344,14 +515,17 @@ async function jobView(queue, id) {
   const fields = ["status", "attempt", "max_attempts", "priority", "weight", "critical", "run_at",
     "launched_at", "finished_at", "expires_at", "correlation_key", "ordering_key", "replay_of",
     "created_at", "updated_at"];
-  const history = job.history.map((h) => `<tr><td class="num">${h.attempt}</td><td>${when(h.launched_at)}</td>
-    <td>${when(h.finished_at)}</td><td>${badge(h.outcome)}</td>
-    <td>${h.error ? `<pre class="error">${esc(JSON.stringify(h.error, null, 2))}</pre>` : ""}</td></tr>`);
+  const history = job.history.map((h) => `<tr><td class="num">${h.attempt}</td><td class="time">${when(h.launched_at)}</td>
+    <td class="time">${when(h.finished_at)}</td><td>${badge(h.outcome)}</td>
+    <td>${errorBlock(h.error)}</td></tr>`);
   const w = job.waiting;
   const waits = w ? `<p id="waiting">waits: ${esc(w.reason)}: ${esc(w.detail)}${
-    w.until ? ` (until ${esc(when(w.until))} UTC)` : ""}</p>` : "";
+    w.until ? ` (until ${esc(when(w.until))})` : ""}</p>` : "";
+  const trace = !job.trace_id ? "" : `<p id="trace">trace: ${state.traceUrl
+    ? `<a href="${esc(state.traceUrl.replaceAll("{trace_id}", enc(job.trace_id)))}" target="_blank" rel="noopener noreferrer"><code>${esc(job.trace_id)}</code></a>`
+    : `<code>${esc(job.trace_id)}</code>`}</p>`;
   $("#view").innerHTML = `${takeFlash()}<section><h2><a href="#/queue/${enc(queue)}">${esc(queue)}</a> / ${esc(id)}
-    ${badge(job.status)}</h2>${waits}<p>
+    ${badge(job.status)}</h2>${waits}${trace}<p>
     ${live && may("producer") ? '<button class="danger" id="cancel">cancel</button>' : ""}
     ${!live && may("producer") ? '<button id="replay">replay</button>' : ""}</p>
     <dl>${fields.map((f) => `<dt>${f}</dt><dd>${esc(f.endsWith("_at") ? when(job[f]) : job[f] ?? "-")}</dd>`).join("")}</dl></section>
@@ -359,7 +533,9 @@ async function jobView(queue, id) {
     <th>finished</th><th>outcome</th><th>error</th></tr></thead>
     <tbody>${history.join("") || '<tr><td colspan="5" class="muted">not launched yet</td></tr>'}</tbody></table></section>
     <div class="grid"><section><h2>Data</h2><pre id="data">${esc(JSON.stringify(job.data, null, 2))}</pre></section>
-    <section><h2>Result / error</h2><pre>${esc(JSON.stringify({ result: job.result, error: job.error }, null, 2))}</pre></section></div>`;
+    <section id="outcome"><h2>Result</h2><pre id="result">${esc(job.result == null ? "-"
+      : typeof job.result === "string" ? job.result : JSON.stringify(job.result, null, 2))}</pre></section></div>
+    ${job.error ? `<section><h2>Error</h2><div id="error">${errorBlock(job.error)}</div></section>` : ""}`;
   const cancel = $("#cancel");
   if (cancel) cancel.addEventListener("click", () => act(`cancel requested for ${id}`, "DELETE", `/v1/jobs/${enc(queue)}/${enc(id)}`));
   const replay = $("#replay");
@@ -374,6 +550,71 @@ async function jobView(queue, id) {
   }
 }
 jobView.live = true;
+
+// -- finished jobs: a queue's (or every queue's) archive, newest first -------------------
+
+const FINISHED = ["succeeded", "failed", "expired", "cancelled"];
+
+async function finishedView(queue = "", status = "") {
+  if (status && !FINISHED.includes(status)) status = "";
+  const key = `f:${queue}:${status}`;
+  const query = new URLSearchParams({ limit: PAGE });
+  if (queue) query.set("name", queue);
+  if (status) query.set("status", status);
+  if (cursorOf(key)) query.set("cursor", cursorOf(key));
+  const [page, stats] = await Promise.all([api("GET", `/v1/archived-jobs?${query}`), api("GET", "/v1/stats")]);
+  const names = stats.queues.map((q) => q.queue);
+  if (queue && !names.includes(queue)) names.unshift(queue);
+  const options = [["", "every queue"], ...names.map((n) => [n, n])].map(([v, label]) =>
+    `<option value="${esc(v)}" ${v === queue ? "selected" : ""}>${esc(label)}</option>`).join("");
+  const tabs = [["", "all"], ...FINISHED.map((f) => [f, f])].map(([v, label]) =>
+    `<a class="tab ${v === status ? "active" : ""}" data-status="${v}" href="#/finished/${enc(queue)}/${v}">${label}</a>`).join("");
+  const replay = may("producer") ? "<th></th>" : "";
+  $("#view").innerHTML = `${takeFlash()}<section id="finished"><h2>Finished jobs</h2>
+    <p class="tabs"><label>queue <select id="finished-queue">${options}</select></label> ${tabs}
+    <button id="refresh">refresh</button></p>
+    <p class="muted">Newest first (finished time). Archived jobs are kept for <code>archive.retention_days</code>.</p>
+    <table><thead><tr><th>job</th><th>status</th><th class="num">try</th><th>finished</th><th>error</th>${replay}</tr></thead>
+    <tbody>${jobRows(page.jobs, { time: "finished_at", queue: !queue, replay: true })}</tbody></table>
+    ${pager(key, page.next_cursor)}</section>`;
+  bindPager();
+  bindReplay();
+  $("#finished-queue").addEventListener("change", (ev) => { location.hash = `#/finished/${enc(ev.target.value)}/${status}`; });
+  $("#refresh").addEventListener("click", () => { state.cursors[key] = [null]; route(); });
+}
+
+// -- find a job by id (the search box): GET /v1/job-search ------------------------------
+
+const JOB_ID = /^[A-Za-z0-9_.:-]{1,200}$/;
+
+// "queue/id", "queue id" or an id alone
+function searchTarget(text) {
+  const parts = text.trim().split(/[\s/]+/).filter(Boolean);
+  return parts.length === 2 ? { queue: parts[0], id: parts[1] } : { queue: "", id: parts.join(" ") };
+}
+
+async function searchView(id = "", queue = "") {
+  if (!JOB_ID.test(id) || (queue && !JOB_ID.test(queue))) {
+    $("#view").innerHTML = `<section id="search-result"><h2>Find a job</h2><p class="error">${esc(id || "nothing")}
+      is not a job id: ids are 1 to 200 of the characters A-Z a-z 0-9 _ . : - (type <code>queue/id</code> or an id).</p></section>`;
+    return;
+  }
+  const query = new URLSearchParams({ id });
+  if (queue) query.set("name", queue);
+  const found = await api("GET", `/v1/job-search?${query}`);
+  if (found.jobs.length === 1) {
+    const job = found.jobs[0];
+    location.replace(`#/job/${enc(job.queue)}/${enc(job.id)}`);
+    return;
+  }
+  const where = queue ? `queue ${queue}` : `the ${found.searched} queue${found.searched === 1 ? "" : "s"} searched`;
+  const more = found.complete ? "" : `<p class="warn">There are more queues than one search asks: type <code>queue/${esc(id)}</code>.</p>`;
+  $("#view").innerHTML = `<section id="search-result"><h2>Find a job: ${esc(id)}</h2>${more}
+    ${found.jobs.length ? `<p class="muted">${found.jobs.length} queues have a job with this id.</p>
+    <table><thead><tr><th>job</th><th>status</th><th class="num">try</th><th>updated</th><th>error</th></tr></thead>
+    <tbody>${jobRows(found.jobs, { time: "updated_at", queue: true })}</tbody></table>`
+    : `<p id="not-found">No job ${esc(id)} in ${esc(where)}.</p>`}</section>`;
+}
 
 // -- the morgue -------------------------------------------------------------------------
 
@@ -471,5 +712,12 @@ async function unmatchedView() {
 // -- start ------------------------------------------------------------------------------
 
 window.addEventListener("hashchange", route);
+$("#search").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const { queue, id } = searchTarget($("#search-id").value);
+  const hash = `#/search/${enc(id)}${queue ? `/${enc(queue)}` : ""}`;
+  $("#search-id").blur();
+  if (location.hash === hash) route(); else location.hash = hash;
+});
 $("#signout").addEventListener("click", () => { sessionStorage.removeItem("hipq-token"); state.role = null; showLogin(); });
 start();

@@ -1,0 +1,162 @@
+"""Request bodies checked against the JSON Schema that ``/openapi.json`` publishes
+for them, before pydantic validates them.
+
+Pydantic's lax mode converts values the document forbids: ``0`` or ``"no"`` to a
+boolean, ``"5"`` to an integer, a number to a time. The document is the contract
+(docs/http-api.md), so a value whose JSON type (or ``const``/``enum``) is not one the
+schema allows is refused with 422 here, as a strict client of the document would
+expect; pydantic then checks everything else (bounds, patterns, cross-field rules).
+
+:class:`ApiJsonSchema` is the generator of both the document and these checks: it
+also writes what the models check in Python code and a JSON Schema can say (the
+time zones known here, the settings that need one another).
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
+from hipq.config import Backoff, QueueConfig, RetryConfig, known_timezone
+
+TIMEZONES = sorted(zoneinfo.available_timezones())
+TIMEZONE_SCHEMA: dict[str, Any] = {"type": "string", "enum": TIMEZONES,
+                                   "description": "an IANA time zone known to the daemon"}
+_TIMEZONE_CHECKS = {known_timezone, QueueConfig._known_timezone.__func__}  # type: ignore[attr-defined]
+
+
+def _needs_concurrency(field: str) -> dict[str, Any]:
+    return {"if": {"required": [field], "properties": {field: {"type": "object"}}},
+            "then": {"required": ["concurrency"],
+                     "properties": {"concurrency": {"type": "integer"}}}}
+
+
+# rules the models' validators check across fields, as JSON Schema (the rest, such as
+# "adaptive min <= concurrency", is said in the descriptions and checked with 422)
+_CROSS_FIELD: dict[type[BaseModel], list[dict[str, Any]]] = {
+    QueueConfig: [_needs_concurrency("adaptive"), _needs_concurrency("quotas")],
+    Backoff: [{"if": {"required": ["scope"], "properties": {"scope": {"const": "group"}}},
+               "then": {"required": ["field"], "properties": {"field": {"type": "string"}}},
+               "else": {"properties": {"field": {"type": "null"}}}}],
+    RetryConfig: [{"not": {"required": ["strategy", "plugin"], "properties": {
+        "strategy": {"type": "string", "minLength": 1}, "plugin": {"type": "string"}}}}],
+}
+
+
+class ApiJsonSchema(GenerateJsonSchema):
+    """Pydantic's JSON Schema, plus the time zones and the cross-field rules."""
+
+    def function_after_schema(self, schema: core_schema.AfterValidatorFunctionSchema
+                              ) -> JsonSchemaValue:
+        function = schema["function"]["function"]
+        if getattr(function, "__func__", function) in _TIMEZONE_CHECKS:
+            return dict(TIMEZONE_SCHEMA)
+        return super().function_after_schema(schema)
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        value = super().model_schema(schema)
+        rules = _CROSS_FIELD.get(schema["cls"])
+        if rules and self.mode == "validation":
+            value = {**value, "allOf": [*value.get("allOf", []), *rules]}
+        return value
+
+
+_JSON_TYPES: dict[type, str] = {bool: "boolean", str: "string", dict: "object",
+                                list: "array", type(None): "null"}
+
+
+def _json_type_ok(value: Any, allowed: str | list[str]) -> bool:
+    names = [allowed] if isinstance(allowed, str) else allowed
+    kind = type(value)
+    if kind in _JSON_TYPES:
+        return _JSON_TYPES[kind] in names
+    if kind is int:
+        return "integer" in names or "number" in names
+    if kind is float:
+        return "number" in names or ("integer" in names and value.is_integer())
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``1`` is not ``true``."""
+    return a == b and (type(a) is bool) == (type(b) is bool)
+
+
+Problem = tuple[list[str | int], str]
+
+
+class _Checker:
+    def __init__(self, defs: dict[str, Any]) -> None:
+        self.defs = defs
+
+    def problem(self, value: Any, schema: Any, loc: list[str | int]) -> Problem | None:
+        if not isinstance(schema, dict):
+            return None if schema is not False else (loc, "no value is allowed here")
+        if "$ref" in schema:
+            return self.problem(value, self.defs[schema["$ref"].rsplit("/", 1)[1]], loc)
+        branch = self._discriminated(value, schema)
+        if branch is not None:
+            return self.problem(value, branch, loc)
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                found = [self.problem(value, branch, loc) for branch in schema[key]]
+                if all(found):
+                    return max(found, key=lambda p: len(p[0]) if p else -1)
+        for branch in schema.get("allOf", []):
+            if found := self.problem(value, branch, loc):  # type: ignore[assignment]
+                return found
+        return self._own(value, schema, loc)
+
+    @staticmethod
+    def _discriminated(value: Any, schema: dict[str, Any]) -> Any:
+        """The one branch of a tagged union that ``value``'s tag names, if any."""
+        tag = schema.get("discriminator", {})
+        name = tag.get("propertyName")
+        if name is None or not isinstance(value, dict) or not isinstance(value.get(name), str):
+            return None
+        ref = tag.get("mapping", {}).get(value[name])
+        return None if not isinstance(ref, str) else {"$ref": ref}
+
+    def _own(self, value: Any, schema: dict[str, Any], loc: list[str | int]
+             ) -> Problem | None:
+        if "type" in schema and not _json_type_ok(value, schema["type"]):
+            return loc, f"Input should be of JSON type {schema['type']}"
+        if "const" in schema and not _same(value, schema["const"]):
+            return loc, f"Input should be {schema['const']!r}"
+        if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
+            return loc, "Input should be one of the values the schema lists"
+        if isinstance(value, dict):
+            return self._object(value, schema, loc)
+        if isinstance(value, list) and "items" in schema:
+            for i, item in enumerate(value):
+                if found := self.problem(item, schema["items"], [*loc, i]):
+                    return found
+        return None
+
+    def _object(self, value: dict[str, Any], schema: dict[str, Any], loc: list[str | int]
+                ) -> Problem | None:
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            found = self.problem(item, properties.get(key, extra), [*loc, key])
+            if found:
+                return found
+        return None
+
+
+@cache
+def _model_checker(model: type[BaseModel]) -> tuple[_Checker, dict[str, Any]]:
+    schema = model.model_json_schema(mode="validation", schema_generator=ApiJsonSchema)
+    return _Checker(schema.pop("$defs", {})), schema
+
+
+def type_problem(value: Any, model: type[BaseModel]) -> Problem | None:
+    """Where ``value`` (parsed JSON) breaks the JSON types of ``model``'s published
+    schema, and how; None if it does not."""
+    checker, schema = _model_checker(model)
+    return checker.problem(value, schema, [])
