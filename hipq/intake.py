@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -251,30 +250,13 @@ def requests_of(rows: list[IntakeRow]) -> list[Verdict]:
             return [request_of(r) for r in rows]
         texts.append(body)
         ids.append(job_id)
-    document = f"[{','.join(texts)}]"
     try:
-        requests = _REQUESTS.validate_json(document)
+        requests = _REQUESTS.validate_json(f"[{','.join(texts)}]")
     except ValidationError:
         return [request_of(r) for r in rows]
-    if not _plain(document, texts) and json_problem(
-            [r.data for r in requests], max_depth=MAX_DEPTH + 1) is not None:
+    if json_problem([r.data for r in requests], max_depth=MAX_DEPTH + 1) is not None:
         return [request_of(r) for r in rows]
     return [(None, (job_id, request)) for job_id, request in zip(ids, requests, strict=True)]
-
-
-_LONG_NUMBER = re.compile(r"\d{19}|[eE][+-]?\d{3}")
-
-
-def _plain(document: str, bodies: list[str]) -> bool:
-    """Whether the JSON text of a batch is storable by its text alone, so that
-    :func:`~hipq.values.json_problem` need not walk what it decoded to: no escape
-    (``\\u0000``, a lone surrogate), no number of 19 digits or more or with an
-    exponent of 3 digits (an integer past 64 bits, a float past its range), and no
-    body with more brackets than the depth allowed. A text that fails this may still
-    be fine: the walk then decides."""
-    if "\\u" in document or _LONG_NUMBER.search(document) is not None:
-        return False
-    return all(b.count("{") + b.count("[") <= MAX_DEPTH for b in bodies)
 
 
 def _body_text(row: IntakeRow) -> str | None:

@@ -129,9 +129,8 @@ async def test_a_smaller_id_committed_during_a_burst_is_ingested_after_it(
     '{"far": -2E+308}',
 ])
 def test_a_batch_with_an_unstorable_row_is_judged_row_by_row(data: str) -> None:
-    """The batch path skips decoding-and-walking a batch whose text is plainly
-    storable (hipq.intake._plain); one such row in the batch and every row is judged
-    on its own: the bad one refused, the others taken."""
+    """One unstorable row in a batch and every row is judged on its own: the bad
+    one refused, the others taken."""
     from datetime import UTC, datetime
 
     from hipq.intake import requests_of
