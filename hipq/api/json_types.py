@@ -155,8 +155,51 @@ def _model_checker(model: type[BaseModel]) -> tuple[_Checker, dict[str, Any]]:
     return _Checker(schema.pop("$defs", {})), schema
 
 
+# the Python types a JSON parser gives for a JSON type; int is not "number" here and
+# no float is an "integer": those go the whole way (a float may be an integer value)
+_PLAIN_TYPES: dict[str, type] = {"string": str, "integer": int, "boolean": bool,
+                                 "null": type(None)}
+
+
+def _plain_types(schema: Any) -> frozenset[type] | None:
+    """The Python types that satisfy ``schema`` by their JSON type alone (a type, or
+    an ``anyOf`` of such, without ``const``/``enum``; an object only when anything
+    may be in it), or None when more than the type is checked."""
+    if not isinstance(schema, dict) or "const" in schema or "enum" in schema:
+        return None
+    if "anyOf" in schema:
+        parts = [_plain_types(branch) for branch in schema["anyOf"]]
+        if any(part is None for part in parts):
+            return None
+        return frozenset().union(*parts)  # type: ignore[arg-type]
+    kind = schema.get("type")
+    if kind == "object" and "properties" not in schema and schema.get(
+            "additionalProperties", True) is True and not schema.get("allOf"):
+        return frozenset({dict})
+    if isinstance(kind, str) and kind in _PLAIN_TYPES and not {"$ref", "allOf"} & set(schema):
+        return frozenset({_PLAIN_TYPES[kind]})
+    return None
+
+
+@cache
+def _plain_properties(model: type[BaseModel]) -> dict[str, frozenset[type]]:
+    """Each property of ``model`` that :func:`_plain_types` can judge, with its types
+    (empty when the model has rules across its properties)."""
+    _, schema = _model_checker(model)
+    if schema.get("allOf") or schema.get("anyOf"):
+        return {}
+    plain = {name: _plain_types(sub) for name, sub in schema.get("properties", {}).items()}
+    return {name: types for name, types in plain.items() if types is not None}
+
+
 def type_problem(value: Any, model: type[BaseModel]) -> Problem | None:
     """Where ``value`` (parsed JSON) breaks the JSON types of ``model``'s published
-    schema, and how; None if it does not."""
+    schema, and how; None if it does not. A body whose every property is one whose
+    schema says no more than its JSON type (an enqueue of ``id`` and ``data``, the
+    usual one) is judged by the types of its values alone."""
+    if type(value) is dict:
+        plain = _plain_properties(model)
+        if all(type(item) in plain.get(key, ()) for key, item in value.items()):
+            return None
     checker, schema = _model_checker(model)
     return checker.problem(value, schema, [])

@@ -1,0 +1,44 @@
+"""``type_problem``'s shortcut (a body judged by the types of its values when each of
+its properties says no more than a JSON type) answers as the whole walk does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from hipq.api.json_types import _model_checker, type_problem
+from hipq.bodies import BatchItem, EnqueueRequest
+from hipq.config import QueueConfig
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=6)
+names = st.sampled_from(["id", "data", "priority", "critical", "weight", "run_after",
+                         "timezone", "time_windows", "correlation_key", "concurrency",
+                         "paused", "target", "unknown"])
+bodies = st.dictionaries(names, values, max_size=5)
+
+
+def _whole_walk(value: Any, model: type[BaseModel]) -> Any:
+    checker, schema = _model_checker(model)
+    return checker.problem(value, schema, [])
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=bodies)
+def test_the_shortcut_agrees_with_the_whole_walk(body: dict[str, Any]) -> None:
+    for model in (BatchItem, EnqueueRequest, QueueConfig):
+        assert (type_problem(body, model) is None) == (_whole_walk(body, model) is None)
+
+
+def test_the_usual_bodies_take_the_shortcut_and_the_wrong_types_do_not() -> None:
+    assert type_problem({"id": "a", "data": {"x": [1, {"y": None}]}}, BatchItem) is None
+    assert type_problem({"id": "a", "critical": 0}, BatchItem) == (
+        ["critical"], "Input should be of JSON type boolean")
+    assert type_problem({"id": "a", "priority": "5"}, BatchItem) is not None
+    assert type_problem({"id": "a", "priority": 5.0}, BatchItem) is None  # as JSON Schema
