@@ -357,7 +357,8 @@ async def healthz(request: web.Request) -> web.Response:
         log.warning("health check: the database does not answer: %s", exc,
                     extra={"action": "healthz_failed"})
         raise ApiError(503, "store_unavailable", "database unavailable") from None
-    return reply(HealthOut(status="ok", database="ok"))
+    return reply(HealthOut(status="ok", database="ok",
+                           instance=request.app[DEPS].signer.instance()))
 
 
 def _archived_json(job: Job) -> str:

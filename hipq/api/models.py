@@ -248,6 +248,10 @@ class StatsOut(_Out):
 class HealthOut(_Out):
     status: str
     database: str
+    instance: str | None = Field(
+        default=None, description="names the database this daemon works on (an HMAC of "
+                                  "a constant with its signing key: no secret); a CLI "
+                                  "compares it with its own before enqueuing through it")
 
 
 class AnyObject(RootModel[dict[str, Any]]):

@@ -26,6 +26,7 @@ from hipq.daemon import Daemon, settle_heap
 from hipq.engine.leases import timing_warnings
 from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
+from hipq.responses.signing import load_signer
 from hipq.retry import build_retry
 from hipq.schedules import check_schedules
 from hipq.service import Hipq, new_job_id, validate_queue
@@ -213,11 +214,15 @@ async def _enqueue(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(format_validation_error(exc, "enqueue")) from None
 
     job_id = args.id or new_job_id()  # the same id if the daemon's path falls through
-    sent = await enqueue_via_daemon(settings, args.queue, job_id,
-                                    request.model_dump(mode="json", exclude_unset=True))
-    if sent is None:
-        sent = await with_store(settings, lambda store: _enqueue_direct(
-            store, settings, args.queue, job_id, request))
+
+    async def enqueue(store: Store) -> Enqueued:
+        instance = (await load_signer(store, settings.signing_key)).instance()
+        sent = await enqueue_via_daemon(settings, args.queue, job_id,
+                                        request.model_dump(mode="json", exclude_unset=True),
+                                        instance=instance)
+        return sent or await _enqueue_direct(store, settings, args.queue, job_id, request)
+
+    sent = await with_store(settings, enqueue)
     sys.stdout.write(json.dumps({"id": sent.id, "status": sent.status}) + "\n")
     return 0
 

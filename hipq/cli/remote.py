@@ -6,7 +6,8 @@ The daemon is looked for at the config's own API address (``api.host``, ``api.po
 a wildcard host is reached on loopback), with ``$HIPQ_TOKEN`` or a producer or admin
 token of ``api.tokens``. It must answer ``/healthz`` as hipq does before a job is sent.
 When no daemon listens there (the connection is refused, or the port is ``0``), when
-the API is disabled, or the daemon refuses the token, the job is written to the
+the API is disabled, when the daemon there works on another database (its
+``/healthz`` ``instance``), or the daemon refuses the token, the job is written to the
 database as before; on PostgreSQL a NOTIFY then wakes the daemons (``database.notify``).
 
 Failure modes: a daemon that takes the request and does not answer in time may or
@@ -60,10 +61,13 @@ def api_token(settings: Settings, env: dict[str, str] | None = None) -> str | No
 
 
 async def enqueue_via_daemon(settings: Settings, queue: str, job_id: str,
-                             body: dict[str, Any]) -> Enqueued | None:
+                             body: dict[str, Any], *, instance: str) -> Enqueued | None:
     """PUT the job to the daemon of this config; None when no daemon takes it (the
-    caller writes it to the database). Raises the daemon's refusal of the job itself
-    (no such queue, a conflict, invalid input) as a :class:`HipqError`."""
+    caller writes it to the database). ``instance``: what this config's database is
+    called (:meth:`~hipq.responses.signing.Signer.instance`); a daemon that answers
+    on the port with another one (another project's, on the same default port) is
+    not this config's and is left alone. Raises the daemon's refusal of the job
+    itself (no such queue, a conflict, invalid input) as a :class:`HipqError`."""
     base = api_base(settings.api)
     if base is None:
         return None
@@ -72,7 +76,7 @@ async def enqueue_via_daemon(settings: Settings, queue: str, job_id: str,
     timeout = aiohttp.ClientTimeout(total=ANSWER_SECONDS, sock_connect=CONNECT_SECONDS)
     try:
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
-            if not await _is_hipq(session, base):
+            if not await _is_hipq(session, base, instance):
                 return None
             url = f"{base}/v1/jobs/{quote(queue, safe='')}/{quote(job_id, safe='')}"
             async with session.put(url, json=body) as answer:
@@ -84,11 +88,18 @@ async def enqueue_via_daemon(settings: Settings, queue: str, job_id: str,
         return None
 
 
-async def _is_hipq(session: aiohttp.ClientSession, base: str) -> bool:
-    """The listener answers ``/healthz`` as hipq does (not some other program)."""
+async def _is_hipq(session: aiohttp.ClientSession, base: str, instance: str) -> bool:
+    """The listener answers ``/healthz`` as hipq does (not some other program), on
+    the same database (``instance``)."""
     async with session.get(f"{base}/healthz") as answer:
         payload = await _json(answer)
-    return isinstance(payload, dict) and payload.get("status") == "ok" and "database" in payload
+    if not (isinstance(payload, dict) and payload.get("status") == "ok"):
+        return False
+    if payload.get("instance") != instance:
+        log.info("enqueue: the daemon at %s works on another database; writing to this "
+                 "config's", base, extra={"action": "cli_enqueue_direct"})
+        return False
+    return True
 
 
 async def _json(answer: aiohttp.ClientResponse) -> Any:

@@ -32,6 +32,12 @@ class Signer:
             raise ValueError("the signing key must not be empty")
         self._key = key.encode()
 
+    def instance(self) -> str:
+        """Names the database this key belongs to, without telling the key (an HMAC
+        of a constant): ``/healthz`` shows it, so a CLI can tell whether the daemon
+        that answers on its config's port works on its own database."""
+        return hmac.new(self._key, b"hipq instance", hashlib.sha256).hexdigest()[:16]
+
     def sign(self, correlation_key: str, attempt: int, token: str) -> str:
         message = f"{attempt}\n{token}\n{correlation_key}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()

@@ -94,6 +94,28 @@ async def test_enqueue_goes_through_the_running_daemon(tmp_path: Path, db_url: s
     assert "fast-1" not in log or "Traceback" not in log
 
 
+async def test_enqueue_leaves_alone_a_daemon_of_another_database(tmp_path: Path,
+                                                                  db_url: str) -> None:
+    """Another project's daemon on this config's port (the default 8080 of both,
+    say) works on another database: the job goes to this config's database, not
+    through that daemon (its ``/healthz`` ``instance`` names another one)."""
+    port = _free_port()
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    theirs.mkdir()
+    ours.mkdir()
+    (ours / "hipq.yaml").write_text(json.dumps(_config(f"sqlite:///{ours / 'hipq.db'}", port)))
+    assert (await _hipq(ours, "migrate")).returncode == 0
+    async with hipq_run_process(theirs, _config(db_url, port)):
+        done = await _hipq(ours, "enqueue", "greetings", "--id", "mine",
+                           "--data", '{"name": "ann"}')
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"id": "mine", "status": "created"}
+        in_ours = await _hipq(ours, "show", "greetings", "mine")
+        assert json.loads(in_ours.stdout)["status"] == "queued"  # no daemon of ours runs
+        in_theirs = await _hipq(theirs, "show", "greetings", "mine")
+        assert in_theirs.returncode != 0  # never sent to their daemon
+
+
 async def test_postgres_enqueue_without_api_wakes_the_daemon(tmp_path: Path, backend: str,
                                                              db_url: str) -> None:
     """No API to reach (port 0): the job goes to the database, and a NOTIFY wakes
