@@ -86,9 +86,13 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        parsed = yarl.URL(url)
+        return cls.of(yarl.URL(url))
+
+    @classmethod
+    def of(cls, parsed: yarl.URL) -> Endpoint:
+        """From a URL already parsed (ValueError unless absolute http(s))."""
         if parsed.scheme not in ("http", "https") or not parsed.raw_host:
-            raise ValueError(f"not an absolute http(s) URL: {url[:200]!r}")
+            raise ValueError(f"not an absolute http(s) URL: {str(parsed)[:200]!r}")
         host = parsed.raw_host
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         bracketed = f"[{host}]" if ":" in host else host
