@@ -161,10 +161,18 @@ _PLAIN_TYPES: dict[str, type] = {"string": str, "integer": int, "boolean": bool,
                                  "null": type(None)}
 
 
+_ANY_JSON: frozenset[type] = frozenset({dict, list, str, int, float, bool, type(None)})
+# what a schema may say and still accept any JSON value (a free ``result``, ``data``)
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples"})
+
+
 def _plain_types(schema: Any) -> frozenset[type] | None:
     """The Python types that satisfy ``schema`` by their JSON type alone (a type, or
     an ``anyOf`` of such, without ``const``/``enum``; an object only when anything
-    may be in it), or None when more than the type is checked."""
+    may be in it; any JSON value when the schema only annotates), or None when more
+    than the type is checked."""
+    if isinstance(schema, dict) and schema and set(schema) <= _ANNOTATIONS:
+        return _ANY_JSON
     if not isinstance(schema, dict) or "const" in schema or "enum" in schema:
         return None
     if "anyOf" in schema:
@@ -192,14 +200,38 @@ def _plain_properties(model: type[BaseModel]) -> dict[str, frozenset[type]]:
     return {name: types for name, types in plain.items() if types is not None}
 
 
+@cache
+def _enum_properties(model: type[BaseModel]) -> dict[str, frozenset[str]]:
+    """Each property of ``model`` whose schema is a string from a list and no more
+    (a response's ``status``), with the strings (empty when the model has rules
+    across its properties)."""
+    _, schema = _model_checker(model)
+    if schema.get("allOf") or schema.get("anyOf"):
+        return {}
+    return {name: frozenset(sub["enum"])
+            for name, sub in schema.get("properties", {}).items()
+            if isinstance(sub, dict) and set(sub) <= {"type", "enum", *_ANNOTATIONS}
+            and sub.get("type") == "string" and isinstance(sub.get("enum"), list)
+            and all(type(v) is str for v in sub["enum"])}
+
+
 def type_problem(value: Any, model: type[BaseModel]) -> Problem | None:
     """Where ``value`` (parsed JSON) breaks the JSON types of ``model``'s published
     schema, and how; None if it does not. A body whose every property is one whose
     schema says no more than its JSON type (an enqueue of ``id`` and ``data``, the
-    usual one) is judged by the types of its values alone."""
+    usual one), or a string from a list (a response's ``status``), is judged by its
+    values' types alone (and those strings)."""
     if type(value) is dict:
-        plain = _plain_properties(model)
-        if all(type(item) in plain.get(key, ()) for key, item in value.items()):
+        plain, enums = _plain_properties(model), _enum_properties(model)
+        for key, item in value.items():
+            types = plain.get(key)
+            if types is None:
+                allowed = enums.get(key)
+                if allowed is None or type(item) is not str or item not in allowed:
+                    break
+            elif type(item) not in types:
+                break
+        else:
             return None
     checker, schema = _model_checker(model)
     return checker.problem(value, schema, [])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from hipq.api.json_types import _model_checker, type_problem
-from hipq.bodies import BatchItem, EnqueueRequest
+from hipq.bodies import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
@@ -20,8 +20,10 @@ values = st.recursive(scalars, lambda inner: st.one_of(
     max_leaves=6)
 names = st.sampled_from(["id", "data", "priority", "critical", "weight", "run_after",
                          "timezone", "time_windows", "correlation_key", "concurrency",
-                         "paused", "target", "unknown"])
-bodies = st.dictionaries(names, values, max_size=5)
+                         "paused", "target", "unknown", "status", "attempt", "result",
+                         "error", "retryable", "extend_seconds"])
+statuses = st.sampled_from(["succeeded", "failed", "running", "throttled", "SUCCEEDED", ""])
+bodies = st.dictionaries(names, st.one_of(values, statuses), max_size=5)
 
 
 def _whole_walk(value: Any, model: type[BaseModel]) -> Any:
@@ -32,7 +34,7 @@ def _whole_walk(value: Any, model: type[BaseModel]) -> Any:
 @settings(max_examples=400, deadline=None)
 @given(body=bodies)
 def test_the_shortcut_agrees_with_the_whole_walk(body: dict[str, Any]) -> None:
-    for model in (BatchItem, EnqueueRequest, QueueConfig):
+    for model in (BatchItem, EnqueueRequest, QueueConfig, ResponseRequest):
         assert (type_problem(body, model) is None) == (_whole_walk(body, model) is None)
 
 
@@ -42,3 +44,18 @@ def test_the_usual_bodies_take_the_shortcut_and_the_wrong_types_do_not() -> None
         ["critical"], "Input should be of JSON type boolean")
     assert type_problem({"id": "a", "priority": "5"}, BatchItem) is not None
     assert type_problem({"id": "a", "priority": 5.0}, BatchItem) is None  # as JSON Schema
+
+
+def test_a_usual_response_takes_the_shortcut_and_a_wrong_status_does_not() -> None:
+    from hipq.api.json_types import _enum_properties, _plain_properties
+
+    assert _enum_properties(ResponseRequest) == {
+        "status": frozenset({"succeeded", "failed", "running", "throttled"})}
+    assert {"result", "error", "attempt", "retryable"} <= set(_plain_properties(ResponseRequest))
+    assert type_problem({"status": "succeeded", "result": {"a": [1, None]}}, ResponseRequest) \
+        is None
+    assert type_problem({"status": "done"}, ResponseRequest) == (
+        ["status"], "Input should be one of the values the schema lists")
+    assert type_problem({"status": 1}, ResponseRequest) == (
+        ["status"], "Input should be of JSON type string")
+    assert type_problem({"retryable": 0}, ResponseRequest) is not None
