@@ -22,6 +22,7 @@ import aiohttp
 import asyncpg
 import psutil
 import yaml
+from pg_costs import PRELOAD
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -47,7 +48,8 @@ def postgres(url: str | None, *, durable: bool = False) -> Iterator[str]:
         yield url.replace("postgresql+asyncpg://", "postgresql://", 1)
         return
     env = dict(os.environ, PG_EPHEMERAL_NAME=f"hipq-benchrun-{os.getpid()}"
-               + ("-durable" if durable else ""), PG_EPHEMERAL_DURABLE="1" if durable else "0")
+               + ("-durable" if durable else ""), PG_EPHEMERAL_DURABLE="1" if durable else "0",
+               PG_EPHEMERAL_SETTINGS=PRELOAD)  # statements per job (bench/pg_costs.py)
     try:
         out = subprocess.run([str(PG_EPHEMERAL), "start"], env=env, check=True,
                              capture_output=True, text=True, timeout=180).stdout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,7 @@ from common import (
     log,
     pcts,
 )
+from pg_costs import PgCosts
 
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
@@ -111,10 +113,14 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
                     py_spy: bool = False) -> dict[str, Any]:
     """Enqueue ``jobs`` over the API (``mode`` batch|single) into a running daemon
     whose queue launches through ``target`` (python|sync); time until all archived."""
+    from roundtrip import CpuMeter, postmaster_pid  # (roundtrip imports this module)
+
     db = f"bench_{name}"
     url = await fresh_database(server, db)
     queue = "lc"
     load_before = loadavg()
+    postmaster = await postmaster_pid(server)
+    costs = PgCosts(server, db)
     async with downstream("sync") as down:
         config = hipq_config(url, free_port(), [{
             "id": queue, "target": target_config(target, down if target == "sync" else None)}])
@@ -125,6 +131,10 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
                 connector = aiohttp.TCPConnector(limit=max(in_flight, 10))
                 async with aiohttp.ClientSession(connector=connector) as session:
                     bodies = batch_bodies(jobs, batch_size, name) if mode == "batch" else []
+                    await costs.start()
+                    meter = CpuMeter(hipq=(daemon.pid, False), postgres=(postmaster, True),
+                                     client=(os.getpid(), False))
+                    meter.start()
                     t0 = time.time()
                     if mode == "batch":
                         created = await enqueue_batches(session, daemon.base_url, queue, bodies,
@@ -134,6 +144,8 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
                                                         name, in_flight)
                     t_enqueued = time.time()
                 archived = await wait_archived(conn, queue, jobs, within)
+                cpu = meter.stop()
+                pg = await costs.stop(jobs)
                 row = await conn.fetchrow(
                     "SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, "
                     "extract(epoch FROM max(finished_at))::float8 AS last, "
@@ -157,6 +169,11 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
                                  if first is not None and last > first else None),
         "peak_rss_mb": round(peak, 1), "daemon_cpu_s": round(cpu_s, 1),
         "daemon_cpu_ms_per_job": round(cpu_s * 1000 / max(archived, 1), 3),
+        # the timed window only: the daemon, PostgreSQL (every process of the server)
+        # and this process (the HTTP client enqueueing the batches, and the poll)
+        "cpu_s": cpu, "cpu_ms_per_job": {k: round(v * 1000 / max(archived, 1), 4)
+                                         for k, v in cpu.items()},
+        "postgres_per_job": pg,
         "loadavg_before": load_before, "loadavg_after": loadavg(),
         **({"batch_size": batch_size} if mode == "batch" else {}), "client_in_flight": in_flight,
     }

@@ -14,6 +14,18 @@ const { Logger, run, makeWorkerUtils } = require("graphile-worker");
 const { Pool } = require("pg");
 
 const BATCH = 1000;
+// HIPQ_BENCH_HANDSHAKE=1: print START before the timed window and DONE after it, each
+// time waiting for a line on stdin, so the caller can measure CPU over exactly it
+const HANDSHAKE = process.env.HIPQ_BENCH_HANDSHAKE === "1";
+let stdinLines = null;
+async function handshake(word) {
+  if (!HANDSHAKE) return;
+  if (stdinLines === null) {
+    stdinLines = require("readline").createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+  }
+  console.log(word);
+  await stdinLines.next();
+}
 
 async function remaining(pool) {
   const { rows } = await pool.query("SELECT count(*)::int AS n FROM graphile_worker.jobs");
@@ -23,6 +35,7 @@ async function remaining(pool) {
 async function once(url, pool, jobs, concurrency, maxSeconds) {
   const utils = await makeWorkerUtils({ connectionString: url });
   await utils.migrate();
+  await handshake("START");
   const t0 = process.hrtime.bigint();
   for (let start = 0; start < jobs; start += BATCH) {
     const specs = [];
@@ -57,6 +70,7 @@ async function once(url, pool, jobs, concurrency, maxSeconds) {
     left = await remaining(pool);
   }
   const tDone = process.hrtime.bigint();
+  await handshake("DONE");
   await runner.stop();
   const s = (a, b) => Number(b - a) / 1e9;
   const done = jobs - left;
@@ -81,6 +95,7 @@ async function main() {
     }
   } finally {
     await pool.end();
+    if (stdinLines !== null) process.stdin.destroy();
   }
   const main = require.resolve("graphile-worker");
   const pkg = path.join(main.slice(0, main.lastIndexOf("graphile-worker") + 15), "package.json");
