@@ -1,25 +1,32 @@
 """The phases of bench/run that run on a second throwaway PostgreSQL with **stock
 durability** (fsync on; issue 12): the python-target lifecycle again
 (``lifecycle-durable``, beside the fsync-off figure of ``lifecycle``), the round trips
-(``callback``, ``kafka``, ``kafka-header``; bench/roundtrip.py), ``idle``, and the
+(``callback``, ``kafka``, ``kafka-header``; bench/roundtrip.py), the Kafka round trips
+under load against a confluent-kafka responder (``kafka-c1000``, ``kafka-unlimited``;
+bench/kafka_phases.py), ``idle``, and the
 graphile-worker peer (``graphile``; bench/peer_graphile.py) on the same server.
 ``--durable-database-url`` points them at a server of your own instead."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import hipq_scenarios as hs
+import idle_memory as im
+import kafka_phases as kp
 import roundtrip as rt
 from common import log, postgres
 from peer_graphile import run_graphile
 
-PHASES = ("lifecycle-durable", "callback", "kafka", "kafka-header", "idle", "graphile")
+PHASES = ("lifecycle-durable", "callback", "kafka", "kafka-header", *kp.PHASES, "idle",
+          "graphile")
 KAFKA = ("kafka", "kafka-header")
+BROKER = (*KAFKA, *kp.PHASES)  # the phases that need the Tansu broker
 
 
 def add_arguments(p: argparse.ArgumentParser, ints: Any) -> None:
@@ -30,9 +37,18 @@ def add_arguments(p: argparse.ArgumentParser, ints: Any) -> None:
     p.add_argument("--rt-repeat", type=int, default=1,
                    help="runs of each round trip (median reported)")
     p.add_argument("--rt-wait-seconds", type=float, default=300)
+    p.add_argument("--kafka-match", choices=("template", "header"), default="template",
+                   help="how kafka-c1000 / kafka-unlimited match responses")
+    p.add_argument("--kafka-settings", type=json.loads, default={},
+                   help="JSON object merged into the daemon's kafka settings in "
+                        "kafka-c1000 / kafka-unlimited (e.g. '{\"linger_ms\": 1}')")
     p.add_argument("--idle-running", type=ints, default=[1000, 100000])
     p.add_argument("--idle-seconds", type=float, default=30)
     p.add_argument("--idle-responses", type=int, default=200)
+    p.add_argument("--idle-queues", type=int, default=10,
+                   help="queues of one more idle run, --idle-spread-running jobs spread "
+                        "over them (issue 28: RSS <= 60 MB at 10 queues); 1 or less: none")
+    p.add_argument("--idle-spread-running", type=int, default=1000)
     p.add_argument("--graphile-jobs", type=int, default=20000)
     p.add_argument("--graphile-concurrency", type=ints, default=[10, 50])
     p.add_argument("--graphile-max-seconds", type=float, default=120)
@@ -68,7 +84,7 @@ async def run_durable(args: argparse.Namespace, workdir: Path,
         return details
     with postgres(args.durable_database_url, durable=True) as server:
         details["postgres_durable"] = await durability(server)
-        broker = rt.kafka_broker() if any(p in KAFKA for p in wanted) else None
+        broker = rt.kafka_broker() if any(p in BROKER for p in wanted) else None
         bootstrap = broker.__enter__() if broker is not None else None
         try:
             for phase in wanted:
@@ -104,10 +120,25 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
                                     name=f"rt_{phase.replace('-', '_')}_{rep}")
                 for rep in range(args.rt_repeat)]
         return median(runs)
+    if phase in kp.PHASES:
+        assert bootstrap is not None
+        runs = [await kp.kafka_load(server, workdir, phase=phase, jobs=args.rt_jobs,
+                                    within=args.rt_wait_seconds, bootstrap=bootstrap,
+                                    match=args.kafka_match, settings=args.kafka_settings,
+                                    py_spy=bool(getattr(args, "py_spy", False)) and rep == 0,
+                                    name=f"rt_{phase.replace('-', '_')}_{rep}")
+                for rep in range(args.rt_repeat)]
+        return median(runs)
     if phase == "idle":
-        return {str(r): await rt.idle(server, workdir, running=r, seconds=args.idle_seconds,
+        runs = {str(r): await rt.idle(server, workdir, running=r, seconds=args.idle_seconds,
                                       responses=args.idle_responses)
                 for r in args.idle_running}
+        if args.idle_queues > 1:  # the same daemon with few jobs but several queues
+            runs[im.spread_key(args.idle_queues, args.idle_spread_running)] = await rt.idle(
+                server, workdir, running=args.idle_spread_running, seconds=args.idle_seconds,
+                responses=min(args.idle_responses, args.idle_spread_running),
+                queues=args.idle_queues)
+        return runs
     return await run_graphile(server, jobs=args.graphile_jobs,
                               concurrency=args.graphile_concurrency,
                               max_seconds=args.graphile_max_seconds)
@@ -140,10 +171,24 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
             "median_completed_jobs_per_s"),
         "kafka_header_jobs_per_s": details.get("kafka-header", {}).get(
             "median_completed_jobs_per_s"),
+        **kp.summary(details),
         "idle_max_running_cpu_s_per_s": (round(sum(top["cpu_s_per_s"].values()), 4)
                                          if top else None),
+        **im.summary(details.get("idle", {})),
         "graphile_jobs_per_s": best,
+        "durable_lifecycle_over_graphile": (
+            round(lcd["median_completed_jobs_per_s"] / best, 2)
+            if best and lcd.get("median_completed_jobs_per_s") else None),
     }
+
+
+def per_job(run: dict[str, Any]) -> str:
+    """CPU ms per job of each process, PostgreSQL's statements and WAL per job."""
+    cpu = ", ".join(f"{k} {v:.4f}" for k, v in run.get("cpu_ms_per_job", {}).items())
+    pg = run.get("postgres_per_job", {})
+    return (f"CPU ms {cpu}; PostgreSQL statements {pg.get('statements_per_job')}, "
+            f"statement time {pg.get('statement_ms_per_job')} ms, WAL "
+            f"{pg.get('wal_bytes_per_job')} bytes")
 
 
 def print_tables(details: dict[str, Any]) -> None:
@@ -154,6 +199,7 @@ def print_tables(details: dict[str, Any]) -> None:
         print(f"  python-target lifecycle, batch enqueue: "
               f"{lcd['median_completed_jobs_per_s']:,.0f} jobs/s (runs "
               f"{lcd['all_completed_jobs_per_s']})")
+        print(f"    per job (median run): {per_job(lcd)}")
     rows = [(p, details[p]) for p in ("callback", *KAFKA)
             if p in details and "failed" not in details[p]]
     if rows:
@@ -164,13 +210,14 @@ def print_tables(details: dict[str, Any]) -> None:
                   f"{cpu['hipq']:.1f} / {cpu['postgres']:.1f} / {cpu['other']:.1f}   "
                   f"({run['archived']:,}/{run['jobs']:,}; runs "
                   f"{run['all_completed_jobs_per_s']})")
-    for running, run in details.get("idle", {}).items():
-        if not running.isdigit():
+    kp.print_rows(details)
+    for key, run in details.get("idle", {}).items():
+        if not isinstance(run, dict) or "rss_mb" not in run:
             continue
         e = run["enqueue_to_launch_ms"]
-        print(f"  idle, {int(running):>7,} running: CPU s/s hipq {run['cpu_s_per_s']['hipq']}"
+        print(f"  {im.label(key, run)}: CPU s/s hipq {run['cpu_s_per_s']['hipq']}"
               f" / PostgreSQL {run['cpu_s_per_s']['postgres']}; enqueue->launch p50/p99 "
-              f"{e['p50']}/{e['p99']} ms; RSS {run['rss_mb']:.0f} MB; "
+              f"{e['p50']}/{e['p99']} ms; {im.rss_text(key, run)}; "
               f"{run['responses']} responses archived in {run['responses_to_archived_s']} s")
     graphile = details.get("graphile")
     if graphile and "failed" not in graphile:
@@ -181,3 +228,5 @@ def print_tables(details: dict[str, Any]) -> None:
                 print(f"  graphile-worker {graphile['version']} concurrency "
                       f"{run['concurrency']}: lifecycle {run['jobs_per_s']:,.0f} jobs/s, "
                       f"work alone {run['work_jobs_per_s']:,.0f} jobs/s")
+                if "cpu_ms_per_job" in run:
+                    print(f"    per job: {per_job(run)}")

@@ -15,7 +15,8 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
 5. peer: Procrastinate in bench/.peer-venv, no-op jobs deferred in bulk, worked at
    each ``--peer-concurrency``.
 6. on a second PostgreSQL with stock durability (bench/durable_phases.py):
-   lifecycle-durable, callback, kafka, kafka-header, idle, graphile.
+   lifecycle-durable, callback, kafka, kafka-header, kafka-c1000, kafka-unlimited
+   (bench/kafka_phases.py: a confluent-kafka responder), idle, graphile.
 7. partner (bench/partner_proof.py, SPEC 15's proof): a fake partner of 10 concurrent
    requests at 0.1 s behind a queue configured far above it; SQLite with one daemon,
    PostgreSQL (stock durability) with one, and with three, the owner SIGKILLed.
@@ -43,6 +44,7 @@ from typing import Any
 
 import durable_phases as dp
 import hipq_scenarios as hs
+import idle_memory as im
 import partner_proof as pp
 import sql_enqueue as se
 from common import BENCH, PYTHON, drop_database, fresh_database, loadavg, log, machine, postgres
@@ -301,10 +303,17 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     # stock durability (issue 12)
     ("durable_lifecycle_jobs_per_s", "lifecycle, python target, fsync on (jobs/s)", "", None),
     ("graphile_jobs_per_s", "graphile-worker lifecycle, best concurrency (jobs/s)", "", None),
+    ("durable_lifecycle_over_graphile", "hipq lifecycle / graphile-worker, fsync on", ">=", 1.25),
     ("callback_jobs_per_s", "round trip, HTTP callback (jobs/s)", ">=", 2500),
     ("kafka_template_jobs_per_s", "round trip, Kafka, template match (jobs/s)", ">=", 5000),
     ("kafka_header_jobs_per_s", "round trip, Kafka, header (jobs/s)", ">=", 5000),
+    # issue 28: a confluent-kafka responder, queue concurrency 1,000 and unlimited
+    ("kafka_c1000_jobs_per_s", "round trip, Kafka, concurrency 1,000 (jobs/s)", ">=", 6000),
+    ("kafka_c1000_round_trip_p50_ms", "  its round trip under load, p50 (ms)", "<=", 150),
+    ("kafka_unlimited_jobs_per_s", "round trip, Kafka, unlimited concurrency (jobs/s)", ">=",
+     10000),
     ("idle_max_running_cpu_s_per_s", "idle at the most running: hipq+PG CPU s/s", "<", 0.02),
+    *im.TARGETS,  # issue 28: the daemon's RSS, 100k running / 10 queues with 1k running
     # the partner's word (SPEC 15), chosen settings, PostgreSQL x3 with the owner killed
     ("partner_throttled_pct_x3_kill", "partner proof x3 kill: throttled/launches (%)", "<",
      100 * pp.MAX_THROTTLED_SHARE),
@@ -324,7 +333,7 @@ def verdict(key: str, value: Any, op: str, goal: float | None, head: dict[str, A
         return "met" if value <= 2 * head["tick_ms_1k"] else "NOT met"
     if goal is None:
         return ""
-    met = value >= goal if op == ">=" else value < goal
+    met = (value >= goal if op == ">=" else value <= goal if op == "<=" else value < goal)
     return "met" if met else "NOT met"
 
 

@@ -253,24 +253,32 @@ async def create_topics(bootstrap: str, *topics: str) -> None:
 # -- idle ------------------------------------------------------------------------------------
 
 
+def idle_queues(queues: int) -> list[str]:
+    """The queues of an idle run: ``idle``, or ``idle-0`` ... when there are several."""
+    return ["idle"] if queues == 1 else [f"idle-{q}" for q in range(queues)]
+
+
 async def idle(server: str, workdir: Path, *, running: int, seconds: float,
-               responses: int, within: float = 120) -> dict[str, Any]:
-    """``running`` jobs waiting for responses; CPU/s of hipq and PostgreSQL over
-    ``seconds`` with one new job enqueued a second; then ``responses`` posted at once."""
-    name = f"idle_{running}"
+               responses: int, within: float = 120, queues: int = 1) -> dict[str, Any]:
+    """``running`` jobs waiting for responses, spread evenly over ``queues`` queues;
+    CPU/s of hipq and PostgreSQL over ``seconds`` with one new job enqueued a second
+    (to each queue in turn); then ``responses`` posted at once."""
+    name = f"idle_{running}" if queues == 1 else f"idle_{queues}q_{running}"
     db = f"bench_{name}"
     url = await fresh_database(server, db)
-    queue = "idle"
+    names = idle_queues(queues)
+    per_queue = -(-running // queues)  # job numbers i of queue k: k * per_queue + 1 ...
     await migrate_database(url)
     postmaster = await postmaster_pid(server)
     conn = await asyncpg.connect(url)
     now = datetime.now(UTC)
-    await conn.execute(bulk_insert_jobs_sql(
-        status="'running'", attempt="1", launched_at="$2::timestamptz",
-        deadline="$2::timestamptz + interval '1 day'",
-        correlation_key="'~' || md5('token' || i::text) || '.1'",  # as a claim makes it
-        owner="'gone'", launch_confirmed="true", run_at="$2::timestamptz"),
-        queue, now, 1, running)
+    for k, queue in enumerate(names):
+        await conn.execute(bulk_insert_jobs_sql(
+            status="'running'", attempt="1", launched_at="$2::timestamptz",
+            deadline="$2::timestamptz + interval '1 day'",
+            correlation_key="'~' || md5('token' || i::text) || '.1'",  # as a claim makes it
+            owner="'gone'", launch_confirmed="true", run_at="$2::timestamptz"),
+            queue, now, k * per_queue + 1, min((k + 1) * per_queue, running))
     await conn.execute("ANALYZE")
     load_before = loadavg()
     try:
@@ -279,14 +287,14 @@ async def idle(server: str, workdir: Path, *, running: int, seconds: float,
             down = f"http://127.0.0.1:{line.split('=', 1)[1]}"
             config = hipq_config(url, free_port(), [{
                 "id": queue, "target": {"kind": "http", "mode": "callback",
-                                        "url": f"{down}/launch"}}],
+                                        "url": f"{down}/launch"}} for queue in names],
                 reconcile={"interval_seconds": 1})
             async with hipq_daemon(config, workdir, name) as daemon, \
                     aiohttp.ClientSession() as session:
                 t_adopt = time.monotonic()
-                # the adoption is done when the daemon logs it (the jobs change owner
-                # in one statement, then are read a page at a time)
-                while b"adopted " not in daemon.log_path.read_bytes():
+                # the adoption is done when the daemon logs it for every queue (the
+                # jobs change owner in one statement, then are read a page at a time)
+                while daemon.log_path.read_bytes().count(b"adopted ") < queues:
                     if time.monotonic() - t_adopt > within:
                         raise SystemExit(f"{name}: the running jobs were not adopted")
                     await asyncio.sleep(POLL_SECONDS)
@@ -300,6 +308,7 @@ async def idle(server: str, workdir: Path, *, running: int, seconds: float,
                 while time.monotonic() - t0 < seconds:
                     job = f"new-{n}"
                     sent[job] = time.time()
+                    queue = names[n % queues]
                     async with session.put(f"{daemon.base_url}/v1/jobs/{queue}/{job}",
                                            json={"data": {}}) as answer:
                         await answer.read()
@@ -311,41 +320,49 @@ async def idle(server: str, workdir: Path, *, running: int, seconds: float,
                 async with session.get(f"{down}/_dump") as answer:
                     seen: dict[str, dict[str, float]] = await answer.json()
                 launch_ms = [(seen[j]["launch"] - t) * 1000 for j, t in sent.items() if j in seen]
-                ids = [f"job-{i:08d}" for i in range(1, responses + 1)]
+                # the first jobs of each queue in turn, by job number i
+                numbers = sorted(range(1, running + 1),
+                                 key=lambda i: ((i - 1) % per_queue, i))[:responses]
+                answered = [(names[(i - 1) // per_queue], f"job-{i:08d}") for i in numbers]
+                on_queues = [q for q, _ in answered]
+                ids = [j for _, j in answered]
                 t_resp = time.time()
 
-                async def respond(job: str) -> None:
+                async def respond(queue: str, job: str) -> None:
                     async with session.post(f"{daemon.base_url}/v1/jobs/{queue}/{job}",
                                             json={"status": "succeeded", "attempt": 1}) as answer:
                         await answer.read()
                         if answer.status != 202:
                             raise SystemExit(f"response to {job}: HTTP {answer.status}")
 
-                await asyncio.gather(*(respond(j) for j in ids))
+                await asyncio.gather(*(respond(q, j) for q, j in answered))
                 answered_s = time.time() - t_resp
                 deadline = time.monotonic() + within
                 done = 0
+                archived = ("FROM archived_jobs WHERE (queue, id) IN "
+                            "(SELECT * FROM unnest($1::text[], $2::text[]))")
                 while time.monotonic() < deadline:
-                    done = int(await conn.fetchval(
-                        "SELECT count(*) FROM archived_jobs WHERE queue = $1 AND id = ANY($2)",
-                        queue, ids))
+                    done = int(await conn.fetchval(f"SELECT count(*) {archived}",
+                                                   on_queues, ids))
                     if done >= responses:
                         break
                     await asyncio.sleep(0.02)
                 last = await conn.fetchval(
-                    "SELECT extract(epoch FROM max(finished_at))::float8 FROM archived_jobs "
-                    "WHERE queue = $1 AND id = ANY($2)", queue, ids)
+                    f"SELECT extract(epoch FROM max(finished_at))::float8 {archived}",
+                    on_queues, ids)
     finally:
         await conn.close()
         await drop_database(server, db)
-    out = {"running": running, "seconds": round(window, 1), "adopt_s": round(adopt_s, 1),
+    out = {"running": running, "queues": queues, "seconds": round(window, 1),
+           "adopt_s": round(adopt_s, 1),
            "cpu_s": cpu, "cpu_s_per_s": {k: round(v / window, 4) for k, v in cpu.items()},
            "enqueue_to_launch_ms": pcts(launch_ms), "rss_mb": round(rss, 1),
            "responses": responses, "responses_answered_s": round(answered_s, 3),
            "responses_archived": done,
            "responses_to_archived_s": round((last or time.time()) - t_resp, 3),
            "loadavg_before": load_before, "loadavg_after": loadavg()}
-    log(f"  {name}: CPU s/s hipq {out['cpu_s_per_s']['hipq']} / PostgreSQL "
+    log(f"  {name} ({running:,} running on {queues} queue{'s' * (queues > 1)}): CPU s/s hipq "
+        f"{out['cpu_s_per_s']['hipq']} / PostgreSQL "
         f"{out['cpu_s_per_s']['postgres']}; enqueue->launch p50 "
         f"{out['enqueue_to_launch_ms']['p50']} ms; RSS {rss:.0f} MB; {done} of {responses} "
         f"responses archived in {out['responses_to_archived_s']:.3f} s")

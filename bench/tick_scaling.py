@@ -79,8 +79,7 @@ def plain_url(url: str) -> str:
 @dataclass
 class StatementTimes:
     """Wall time per SQL statement (first line), measured around the driver call:
-    SQLAlchemy's cursor events, and asyncpg's query logger for the statements
-    ``hipq.store.postgres`` sends straight to the driver."""
+    asyncpg's query loggers (PostgreSQL), SQLAlchemy's cursor events (SQLite)."""
 
     enabled: bool = False
     totals: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -91,7 +90,14 @@ class StatementTimes:
         return spent
 
     def attach(self, store: Store) -> None:
-        engine = store.engine.sync_engine
+        def _logged(query: Any) -> None:  # asyncpg's query logger
+            self._add(query.query, query.elapsed)
+
+        add = getattr(store, "add_query_logger", None)
+        if add is not None:  # PostgreSQL: the loggers of the store's pool's connections
+            add(_logged)
+            return
+        engine = store.engine.sync_engine  # SQLite: SQLAlchemy's cursor events
 
         @event.listens_for(engine, "before_cursor_execute")
         def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -100,18 +106,6 @@ class StatementTimes:
         @event.listens_for(engine, "after_cursor_execute")
         def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
             self._add(statement, time.perf_counter() - conn.info["bench_t0"].pop())
-
-        hooked: set[int] = set()
-
-        def _logged(query: Any) -> None:  # statements sent straight to asyncpg
-            self._add(query.query, query.elapsed)
-
-        @event.listens_for(engine.pool, "checkout")
-        def _checkout(_dbapi: Any, record: Any, *_: Any) -> None:
-            driver = record.driver_connection
-            if id(driver) not in hooked:
-                hooked.add(id(driver))
-                driver.add_query_logger(_logged)
 
     def _add(self, statement: str, spent: float) -> None:
         self.current += spent

@@ -406,6 +406,10 @@ class KafkaConfig(_Strict):
     heartbeat_interval_ms: int = Field(default=3000, ge=50)
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     max_poll_records: int = Field(default=500, ge=1, le=100000)
+    # how long the broker may hold a response fetch that finds nothing: while no
+    # response came for 2 s, and while they flow (hipq/responses/kafka_consumer.py)
+    fetch_max_wait_ms: int = Field(default=500, ge=0, le=60000)
+    fetch_max_wait_busy_ms: int = Field(default=10, ge=0, le=60000)
     response_fields: KafkaResponseFields = Field(default_factory=KafkaResponseFields)
     client_options: dict[str, Any] = Field(default_factory=dict)
 

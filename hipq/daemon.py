@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from hipq import tracing
+from hipq import heap, tracing
 from hipq.api import ApiDeps, ApiServer
 from hipq.clock import Clock, SystemClock
 from hipq.config import Settings
@@ -68,8 +68,10 @@ def settle_heap() -> None:
     700. A tick allocates a few objects per job of its batch; with the default
     thresholds the collector ran every few hundred jobs and its older-generation
     passes walked every live job. Memory held by cyclic garbage stays bounded by
-    the (larger) threshold. Called by ``hipq run``, not by embedders."""
+    the (larger) threshold; the C heap's free pages go back to the system
+    (:func:`hipq.heap.release`). Called by ``hipq run``, not by embedders."""
     gc.collect()
+    heap.release()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 

@@ -153,7 +153,7 @@ async def store(backend: str, request: pytest.FixtureRequest,
         opened = await open_store(url)
         try:
             yield opened
-            leaked = opened.engine.pool.checkedout()  # type: ignore[attr-defined]
+            leaked = opened.checked_out()  # type: ignore[attr-defined]
             assert leaked == 0, f"{leaked} pooled connection(s) still checked out"
         finally:
             await opened.close()

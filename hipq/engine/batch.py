@@ -30,11 +30,15 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from datetime import datetime
 from typing import Any, overload
 
+from hipq import heap
 from hipq.engine.held import HeldTry, Outcome
 from hipq.jobs import GENERATED_KEY_PREFIX, Job
 from hipq.throttling import RunningUsage, field_value
 
 COMPACT_SLACK = 1024  # stale deadline items tolerated beyond twice the live tries
+# tries added and removed between two returns of freed memory to the system
+# (hipq.heap.release: a few ms on a large heap, so after this much change only)
+RELEASE_TURNOVER = 50_000
 
 
 class _Keys:
@@ -203,6 +207,10 @@ class Batch(Mapping[tuple[str, str], HeldTry]):
         self._fresh: list[HeldTry] = []
         self._loose: list[HeldTry] = []  # jobs read back for a moment: let go next tick
         self._keeping: set[str] = set()  # queues whose tries keep their jobs
+        # one object for equal queue names, stamps and timeouts of the tries added
+        # since the last overdue() (see _share)
+        self._shared: dict[Any, Any] = {}
+        self._turnover = 0  # tries added and removed since memory was last released
 
     # -- the mapping ---------------------------------------------------------------
 
@@ -243,8 +251,10 @@ class Batch(Mapping[tuple[str, str], HeldTry]):
             ids = self._queues[queue] = {}
         elif held.id in ids:
             self.remove_many(((queue, held.id),))
+        self._share(held)
         ids[held.id] = held
         self._size += 1
+        self._turnover += 1
         self._keys.add(held)
         if held.outcome is None:
             self._holdings.hold(held)
@@ -291,6 +301,7 @@ class Batch(Mapping[tuple[str, str], HeldTry]):
             if held is None:
                 continue
             self._size -= 1
+            self._turnover += 1
             index.remove(held)
             if held.outcome is None:
                 holdings.release(held)
@@ -381,29 +392,44 @@ class Batch(Mapping[tuple[str, str], HeldTry]):
         ids = self._queues.get(held.queue)
         return ids is not None and ids.get(held.id) is held
 
+    def _share(self, held: HeldTry) -> None:
+        """One object for equal queue names, launch stamps, deadlines and timeouts,
+        from the moment a try is added: the copies its row made die with the row.
+        (An adoption reads 100,000 rows a page at a time; copies kept until the next
+        tick would leave their memory scattered between the records that stay, and
+        the process would keep it.)"""
+        shared = self._shared
+        held.queue = shared.setdefault(held.queue, held.queue)
+        if held.launched_at is not None:
+            held.launched_at = shared.setdefault(held.launched_at, held.launched_at)
+        if held.deadline is not None:
+            held.deadline = shared.setdefault(held.deadline, held.deadline)
+        held.timeout_seconds = shared.setdefault(held.timeout_seconds, held.timeout_seconds)
+
     def _settle_fresh(self) -> None:
         """Bucket the deadlines of the tries added or extended since the last call
         that still wait, and let go of their jobs (and of those read back for a
-        moment); one object for equal names, stamps and timeouts."""
+        moment); after much change (an adoption...), return freed memory."""
+        self._shared = {}
         loose, self._loose = self._loose, []
         for held in loose:
             if held.queue not in self._keeping:
                 held.job = None
-        if not self._fresh:
-            return
-        fresh, self._fresh = self._fresh, []
+        if self._fresh:
+            fresh, self._fresh = self._fresh, []
+            self._settle(fresh)
+        if self._turnover >= RELEASE_TURNOVER:
+            self._turnover = 0
+            heap.release()
+
+    def _settle(self, fresh: list[HeldTry]) -> None:
+        """Bucket the deadlines of ``fresh`` tries that still wait; let go of their jobs."""
         keeping, deadlines = self._keeping, self._deadlines
-        shared: dict[Any, Any] = {}
         for held in fresh:
             if held.outcome is not None or not self._current(held):
                 continue
             if held.queue not in keeping:
                 held.job = None
-            held.queue = shared.setdefault(held.queue, held.queue)
-            if held.launched_at is not None:
-                held.launched_at = shared.setdefault(held.launched_at, held.launched_at)
-            held.timeout_seconds = shared.setdefault(held.timeout_seconds,
-                                                     held.timeout_seconds)
             if held.deadline is not None:
                 deadlines.add(held, held.deadline)
         if deadlines.items > 2 * self._size + COMPACT_SLACK:

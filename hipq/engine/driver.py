@@ -8,8 +8,10 @@ one while it lives. It waits for a request, then runs a tick:
   runs a tick at once;
 * :meth:`~TickDriver.wake` (an enqueue, a response, a launch's outcome, a NOTIFY)
   runs one after ``debounce`` seconds, so a burst of arrivals makes one tick;
-* a request made while a tick runs makes one more tick after it; a tick that
-  launched a full batch asks for the next at once (more is due);
+* a request made while a tick runs makes one more tick after it, at once: the
+  tick was the wait that gathered the burst (under load, a debounce after every
+  tick would only add to every response's way); a tick that launched a full batch
+  asks for the next at once (more is due);
 * :meth:`~TickDriver.due_in` runs one after a delay (a partner's pause ends then);
   the earliest such request wins. It is a timer of the event loop, in real time
   (a test's clock, moved by hand, must not move itself when it is waited on).
@@ -57,7 +59,10 @@ class TickDriver:
         self._requested.set()
 
     def wake(self) -> None:
-        """Run a tick soon (after the debounce); cheap, safe to call often."""
+        """Run a tick soon (after the debounce, or right after the tick in
+        progress); cheap, safe to call often."""
+        if self.running:
+            self._urgent = True
         self._requested.set()
 
     def due_in(self, seconds: float) -> None:

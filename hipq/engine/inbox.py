@@ -20,8 +20,9 @@ pending; the next tick (or the next owner) applies them again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from hipq.engine.batch import Batch
@@ -78,16 +79,28 @@ class Inbox:
             self._fresh.add(entry.correlation_key)
 
     async def apply(self, batch: Batch, now: datetime, counters: Counters) -> None:
-        """Step 0: apply the responses that arrived for the batch's tries."""
-        rows: list[InboxRow] = []
+        """Step 0: apply the responses that arrived for the batch's tries. The new
+        rows and the rows of fresh keys are read side by side (each on its own
+        connection): under load each read in turn is a wait on the tick's way."""
+        reads: list[Awaitable[list[InboxRow]]] = []
         if (not self._events or self._arrived or self._read_at is None
                 or now - self._read_at >= READ_EVERY):
             self._arrived = False
             self._read_at = now
-            rows = await self._new_rows(now)
-        if self._fresh:
-            fresh, self._fresh = list(self._fresh), set()
-            rows.extend(await self.store.inbox_pending_for_keys(fresh))
+            reads.append(self._new_rows(now))
+        fresh = list(self._fresh)
+        if fresh:
+            reads.append(self.store.inbox_pending_for_keys(fresh))
+        rows: list[InboxRow] = []
+        if len(reads) == 1:
+            rows = await reads[0]
+        elif reads:
+            done = await asyncio.gather(*reads, return_exceptions=True)
+            for part in done:
+                if isinstance(part, BaseException):
+                    raise part
+                rows.extend(part)
+        self._fresh.difference_update(fresh)  # read (a failed read reads them again)
         await self._apply_rows(batch, rows, now, counters)
 
     async def _new_rows(self, now: datetime) -> list[InboxRow]:

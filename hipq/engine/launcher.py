@@ -161,6 +161,13 @@ class Launcher:
         """Whether launches of ``queue`` are in flight or not yet recorded."""
         return queue in self._unrecorded
 
+    @property
+    def confirming(self) -> asyncio.Lock:
+        """Held while confirmations are written: whoever writes the same rows
+        otherwise (step 3) holds it meanwhile, so neither changes a row under the
+        other's statement."""
+        return self._flush_lock
+
     def take_spent(self) -> list[tuple[Job, Any]]:
         """Accepted launches whose partner said its budget is spent (with the reset),
         since the last call."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from hipq.config import CorrelationConfig
@@ -44,7 +45,33 @@ def field(path: str, scope: Mapping[str, Any]) -> str:
 
 
 def render(template: str, scope: Mapping[str, Any]) -> str:
-    return _checked(_FIELD.sub(lambda m: field(m.group(1), scope), template))
+    literals, paths = _compiled(template)
+    out = [literals[0]]
+    for path, literal in zip(paths, literals[1:], strict=True):
+        out.append(_field_fast(path, scope))
+        out.append(literal)
+    return _checked("".join(out))
+
+
+@lru_cache(maxsize=256)
+def _compiled(template: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """A template as its literal parts and, between them, its fields' paths (split):
+    ``"{a.b}:{c}"`` is ``("", ":", "")`` and ``(("a", "b"), ("c",))``."""
+    parts = _FIELD.split(template)  # literal, path, literal, path, ..., literal
+    return tuple(parts[0::2]), tuple(tuple(p.split(".")) for p in parts[1::2])
+
+
+def _field_fast(path: tuple[str, ...], scope: Mapping[str, Any]) -> str:
+    """:func:`field` over a split path, plain dicts and strings without the general
+    lookup (the common case of a template over JSON objects); anything else goes
+    the general way, so both always agree."""
+    node: Any = scope
+    for part in path:
+        if type(node) is not dict or part not in node:
+            return field(".".join(path), scope)
+        node = node[part]
+    kind = type(node)  # as_text: a string as it is, an int as written (not a bool)
+    return str(node) if kind is str or kind is int else field(".".join(path), scope)
 
 
 def _checked(key: str) -> str:

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus
 
 from hipq.store import Store
 
 SIGNING_KEY_META = "signing_key"
+# what quote(text, safe="") and quote_plus(text) leave as it is
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
 
 
 class Signer:
@@ -40,7 +43,7 @@ class Signer:
 
     def sign(self, correlation_key: str, attempt: int, token: str) -> str:
         message = f"{attempt}\n{token}\n{correlation_key}".encode()
-        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+        return hmac.digest(self._key, message, "sha256").hex()  # one C call
 
     def verify(self, correlation_key: str, attempt: int, token: str, signature: str) -> bool:
         expected = self.sign(correlation_key, attempt, token)
@@ -48,9 +51,12 @@ class Signer:
 
     def callback_url(self, public_url: str, correlation_key: str, attempt: int,
                      token: str) -> str:
-        query = urlencode({"attempt": attempt, "t": token,
-                           "sig": self.sign(correlation_key, attempt, token)})
-        return f"{public_url.rstrip('/')}/v1/responses/{quote(correlation_key, safe='')}?{query}"
+        # what urlencode({"attempt", "t", "sig"}) and quote(key, safe="") make, without
+        # their per-character work for the usual plain keys and tokens (issue 28)
+        key = correlation_key if _PLAIN(correlation_key) else quote(correlation_key, safe="")
+        t = token if _PLAIN(token) else quote_plus(token)
+        sig = self.sign(correlation_key, attempt, token)
+        return f"{public_url.rstrip('/')}/v1/responses/{key}?attempt={attempt}&t={t}&sig={sig}"
 
 
 async def load_signer(store: Store, configured: str | None) -> Signer:

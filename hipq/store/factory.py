@@ -1,8 +1,10 @@
-"""Opening a store: the one place that picks a driver by the database URL."""
+"""Opening a store: the one place that picks a driver by the database URL.
+
+SQLite runs on SQLAlchemy (imported here only for a SQLite URL); PostgreSQL runs on
+an asyncpg pool and loads no SQLAlchemy.
+"""
 
 from __future__ import annotations
-
-import sqlalchemy as sa
 
 from hipq.config import DEFAULT_POOL_SIZE
 from hipq.errors import StoreError
@@ -28,16 +30,35 @@ async def open_store(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Store:
             driver is not installed.
     """
     url = normalize_url(url)
+    if url.startswith("sqlite"):
+        return _open_sqlite(url)
+    if url.startswith("postgresql+asyncpg://"):
+        return await _open_postgres(url, pool_size)
+    raise StoreError(f"unsupported database URL {url.split(':', 1)[0]!r}: "
+                     "use sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")
+
+
+def _open_sqlite(url: str) -> Store:
     try:
-        if url.startswith("sqlite"):
-            from hipq.store import sqlite
-            return sqlite.SQLiteStore(sqlite.create_engine(url))
-        if url.startswith("postgresql"):
-            from hipq.store import postgres
-            return postgres.PostgresStore(postgres.create_engine(url, pool_size=pool_size))
+        import sqlalchemy as sa
+
+        from hipq.store import sqlite
+    except ImportError as exc:
+        raise StoreError(f"database driver missing: {exc}") from None
+    try:
+        return sqlite.SQLiteStore(sqlite.create_engine(url))
     except sa.exc.ArgumentError as exc:
         raise StoreError(f"bad database URL: {exc}") from None
     except ImportError as exc:
         raise StoreError(f"database driver missing: {exc}") from None
-    raise StoreError(f"unsupported database URL {url.split(':', 1)[0]!r}: "
-                     "use sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")
+
+
+async def _open_postgres(url: str, pool_size: int) -> Store:
+    try:
+        from hipq.store import postgres
+    except ImportError as exc:
+        raise StoreError(f"database driver missing: {exc}") from None
+    try:
+        return await postgres.create_store(url, pool_size=pool_size)
+    except ValueError as exc:
+        raise StoreError(f"bad database URL: {exc}") from None

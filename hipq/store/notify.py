@@ -28,6 +28,8 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
+from hipq.store.pg_url import connect_options
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "hipq_wake"
@@ -46,7 +48,8 @@ def asyncpg_url(url: str) -> str:
 
 class Notifier:
     def __init__(self, url: str, *, on_notify: Callable[[str], None]) -> None:
-        self.url = asyncpg_url(url)
+        # the DSN and the keywords the pool uses too (hipq.store.pg_url)
+        self.url, self._connect_keywords = connect_options(asyncpg_url(url))
         self.on_notify = on_notify
         self._conn: Any = None
         self._pid: int | None = None
@@ -67,7 +70,7 @@ class Notifier:
         while True:
             closed = asyncio.Event()
             try:
-                conn = await asyncpg.connect(self.url)
+                conn = await asyncpg.connect(self.url, **self._connect_keywords)
             except Exception as exc:  # whatever it is, polling carries on; retry later
                 log.warning("notify: cannot connect (%s); polling meanwhile", exc,
                             extra={"action": "notify_error"})

@@ -15,7 +15,7 @@ from importlib import resources
 from operator import attrgetter
 from typing import Any
 
-from hipq.store import schema as s
+from hipq.store.columns import JSON_JOB_COLUMNS
 from hipq.store.rows import JOB_COLUMNS
 
 # ":name" (not the second colon of a "::type" cast, nor inside a word)
@@ -77,7 +77,7 @@ def to_json(value: Any) -> str | None:
 
 
 _dumps = json.dumps
-_JSON_COLUMNS = frozenset(c.name for c in s.jobs.columns if c.type is s.JSON)
+_JSON_COLUMNS = JSON_JOB_COLUMNS
 _ROW_OF_JOB = attrgetter(*JOB_COLUMNS)  # a job's column values, in one call
 
 

@@ -9,11 +9,11 @@ through the primary key whatever the planner statistics say (see the head of
 recording tries, marking responses) stays inside the server: one round trip per
 step.
 
-Connections come from SQLAlchemy's pool (:meth:`PostgresStore._driver`: the asyncpg
-connection under a pooled one, through SQLAlchemy's public ``get_raw_connection``);
-no statement goes through SQLAlchemy. A single statement runs without a
-transaction (it is atomic on its own: no BEGIN and COMMIT round trips), several
-in one asyncpg transaction.
+Connections come from an asyncpg pool (:mod:`hipq.store.pg_connections`,
+:mod:`hipq.store.pg_pool`); SQLAlchemy is never imported on this path (only
+``PostgresStore.engine``, for tools and tests, loads it). A single statement
+runs without a transaction (it is atomic on its own: no BEGIN and COMMIT round
+trips), several in one asyncpg transaction.
 """
 
 from __future__ import annotations
@@ -21,24 +21,24 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from hipq.config import QueueConfig
 from hipq.errors import StoreError, TransientStoreError
 from hipq.frozen import evolver
 from hipq.jobs import Attempt, Job, JobState, Ordering, expired_error
-from hipq.store import schema as s
-from hipq.store.common import VERSION_KEY, JobKey, QueueCounts, StoreBase
+from hipq.store import pg_pool
+from hipq.store import versions as s
+from hipq.store.driver import VERSION_KEY, JobKey, QueueCounts
 from hipq.store.due import DueShape
 from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
 from hipq.store.listing import listed_response
+from hipq.store.pg_connections import PgConnections
 from hipq.store.pgsql import SQL, insert_jobs_values, to_json
 from hipq.store.postgres_intake import IntakeStatements
 from hipq.store.postgres_partner import PartnerStatements
@@ -133,36 +133,12 @@ async def _stored(db: Any, queue: str, job_id: str) -> Job | None:
     return None
 
 
-class PostgresStore(IntakeStatements, PartnerStatements, StoreBase):
-    """The :class:`~hipq.store.base.Store` on PostgreSQL."""
+class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
+    """The :class:`~hipq.store.base.Store` on PostgreSQL (its pool, errors and
+    checkouts: :class:`~hipq.store.pg_connections.PgConnections`)."""
 
     dialect = "postgresql"
     supports_row_locks = True
-    _conflicts = (*StoreBase._conflicts, asyncpg.IntegrityConstraintViolationError)
-    _errors = (*StoreBase._errors, asyncpg.PostgresError)
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        super().__init__(engine)
-        # errors of the statements sent to asyncpg, as asyncpg raises them or as the
-        # pool's DBAPI module (the dialect's, PEP 249 names) does
-        dbapi = engine.dialect.loaded_dbapi
-        self._transient = (*StoreBase._transient,
-                           asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-                           asyncpg.InternalClientError, asyncpg.CannotConnectNowError,
-                           asyncpg.AdminShutdownError, dbapi.InterfaceError,
-                           dbapi.OperationalError)
-
-    @asynccontextmanager
-    async def _driver(self, *, transaction: bool = False) -> AsyncIterator[Any]:
-        """The asyncpg connection of a pooled connection, in a transaction of its
-        own if ``transaction`` (else each statement commits on its own)."""
-        async with self._translated(), self.engine.connect() as conn:
-            db = await _raw(conn)
-            if not transaction:
-                yield db
-                return
-            async with db.transaction():
-                yield db
 
     async def _fetch(self, name: str, **values: Any) -> list[Any]:
         """One named statement's rows, on its own (no transaction)."""
@@ -595,11 +571,6 @@ def inbox_of(changes: Sequence[Change]) -> tuple[list[int], list[str], list[str]
     return [i for i, _, _ in pairs], [q for _, q, _ in pairs], [j for _, _, j in pairs]
 
 
-async def _raw(conn: AsyncConnection) -> Any:
-    """The asyncpg connection under a SQLAlchemy connection."""
-    return (await conn.get_raw_connection()).driver_connection
-
-
 def _marks(marks: Sequence[tuple[int, InboxOutcome]], now: datetime) -> list[dict[str, Any]]:
     """The values of the ``inbox_mark`` statement, one set per outcome."""
     ids: dict[str, list[int]] = {}
@@ -641,15 +612,13 @@ def _persist_calls(changes: Sequence[Change], owner: str,
     return calls
 
 
-def create_engine(url: str, *, pool_size: int) -> AsyncEngine:
-    """An engine of ``pool_size`` connections, no more.
+async def create_store(url: str, *, pool_size: int) -> PostgresStore:
+    """A store on a pool of ``pool_size`` connections, no more (see
+    :mod:`hipq.store.pg_pool`).
 
-    No pre-ping (it costs a BEGIN, a query and a ROLLBACK per checkout): a
-    connection found dead fails its transaction (a TransientStoreError the caller
-    retries), and SQLAlchemy then invalidates the whole pool, so the next checkout
-    after a database restart gets a fresh connection. No overflow: connections
-    beyond pool_size are closed when returned, so under load a busy API would open
-    (and TLS-probe, and re-prepare statements on) a new connection per request;
-    requests wait for a pooled one instead."""
-    return create_async_engine(url, pool_size=pool_size, max_overflow=0,
-                               connect_args={"timeout": 10})
+    Raises:
+        ValueError: the URL is not one asyncpg can use.
+    """
+    loggers = pg_pool.QueryLoggers()
+    pool = await pg_pool.create_pool(url, pool_size=pool_size, loggers=loggers)
+    return PostgresStore(pool, url=url, pool_size=pool_size, loggers=loggers)

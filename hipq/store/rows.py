@@ -11,7 +11,7 @@ from typing import Any
 
 from hipq.config import QueueConfig
 from hipq.jobs import Attempt, Job, row_reader
-from hipq.store import schema as s
+from hipq.store.columns import JOBS_COLUMN_NAMES
 from hipq.store.due import RELAXED
 from hipq.store.records import (
     InboxRow,
@@ -22,7 +22,7 @@ from hipq.store.records import (
     QueueState,
 )
 
-JOB_COLUMNS = [c.name for c in s.jobs.columns]
+JOB_COLUMNS = list(JOBS_COLUMN_NAMES)  # no SQLAlchemy: see hipq.store.columns
 INSERT_CHUNK = 500  # rows per generic statement (stays under bind-parameter limits)
 CACHE_SIZE = 256  # entries kept by the stores' small caches (queues, compiled queries)
 

@@ -1,365 +1,94 @@
 """The schema: its version, the migrations that make it, and its tables as
 SQLAlchemy metadata.
 
-Each database gets its schema from numbered SQL files, one per version
-(``hipq/store/migrations/postgresql/`` and ``hipq/store/migrations/sqlite/``),
-applied in order by ``Store.migrate()``. The metadata below describes the same
-tables: the SQLite driver's statements are built on it, and it renders
-``schema.sql``; tests check that both dialects' migrations make what it
-describes (``tests/contract/test_schema_sql.py``).
+The version and the migration files (:mod:`hipq.store.versions`) are plain text and
+load nothing more. The tables (:mod:`hipq.store.tables`: ``s.jobs``, ``s.JSON``,
+``s.metadata``, ...) are SQLAlchemy metadata, imported on first use (PEP 562): the
+SQLite driver and tools build statements on them, while the PostgreSQL driver
+runs named SQL on asyncpg and never loads SQLAlchemy (about 23 MB of a daemon's
+memory; docs/operations.md).
 
-Timestamps are aware UTC datetimes in Python. PostgreSQL stores them as
-``timestamptz``; SQLite stores them as REAL seconds since the epoch, so that
-comparisons and adding seconds are plain arithmetic there. Status predicates that
-partial indexes depend on are rendered as SQL literals (``QUEUED``, ``RUNNING``),
-never as bind parameters, so PostgreSQL's generic plans can still use the indexes.
+``python -m hipq.store.schema > schema.sql`` renders the canonical PostgreSQL DDL.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from functools import cache
-from importlib import resources
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
+from hipq.store.versions import SCHEMA_VERSION, Migration, enqueue_function, migrations, pending
 
-from hipq.clock import utc
-from hipq.errors import SchemaError
+if TYPE_CHECKING:
+    from hipq.store.tables import (
+        JSON,
+        QUEUED,
+        RUNNING,
+        UNMATCHED,
+        BigId,
+        UTCDateTime,
+        archived_jobs,
+        daemons,
+        job_attempts,
+        job_intake,
+        jobs,
+        launch_events,
+        leases,
+        merged_jobs,
+        meta,
+        metadata,
+        queue_backoffs,
+        queue_state,
+        queues,
+        render_postgres_ddl,
+        response_inbox,
+    )
 
-SCHEMA_VERSION = 8  # the number of the last file in migrations/<dialect>/
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """One numbered file of ``hipq/store/migrations/<dialect>/``: the statements that
-    take a database from ``version - 1`` to ``version``."""
-
-    version: int
-    name: str
-    sql: str
-
-
-_MIGRATION_FILE = re.compile(r"(\d{4})_\w+\.sql")
-
-
-@cache
-def migrations(dialect: str) -> tuple[Migration, ...]:
-    """The migrations of ``dialect`` (``"postgresql"`` or ``"sqlite"``) in order:
-    one file per version, numbered 1 to :data:`SCHEMA_VERSION` without a gap."""
-    folder = resources.files("hipq.store").joinpath("migrations").joinpath(dialect)
-    found = sorted(
-        (Migration(version=int(match[1]), name=entry.name, sql=entry.read_text("utf-8"))
-         for entry in folder.iterdir() if (match := _MIGRATION_FILE.fullmatch(entry.name))),
-        key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, SCHEMA_VERSION + 1)):
-        raise RuntimeError(f"the {dialect} migrations are numbered "
-                           f"{[m.name for m in found]}, not 1 to {SCHEMA_VERSION}")
-    return tuple(found)
-
-
-def pending(dialect: str, current: int | None) -> list[Migration]:
-    """What takes a database at version ``current`` (None: nothing recorded, e.g.
-    empty) to :data:`SCHEMA_VERSION`.
-
-    Raises:
-        SchemaError: the database is newer than this hipq.
-    """
-    if current is not None and current > SCHEMA_VERSION:
-        raise SchemaError(f"database schema version {current} is newer than this "
-                          f"hipq ({SCHEMA_VERSION}); upgrade hipq")
-    return [m for m in migrations(dialect) if current is None or m.version > current]
-
-
-class UTCDateTime(sa.types.TypeDecorator[datetime]):
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(sa.Float())
-        return dialect.type_descriptor(sa.DateTime(timezone=True))
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        value = utc(value)
-        return value.timestamp() if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if dialect.name == "sqlite":
-            return datetime.fromtimestamp(float(value), UTC)
-        return utc(value)
+__all__ = [
+    "JSON",
+    "QUEUED",
+    "RUNNING",
+    "SCHEMA_VERSION",
+    "UNMATCHED",
+    "BigId",
+    "Migration",
+    "UTCDateTime",
+    "archived_jobs",
+    "daemons",
+    "enqueue_function",
+    "job_attempts",
+    "job_intake",
+    "jobs",
+    "launch_events",
+    "leases",
+    "merged_jobs",
+    "meta",
+    "metadata",
+    "migrations",
+    "pending",
+    "queue_backoffs",
+    "queue_state",
+    "queues",
+    "render_postgres_ddl",
+    "response_inbox",
+]
+# the names of hipq.store.tables (SQLAlchemy), loaded on first use
+_TABLES = frozenset(__all__) - {"SCHEMA_VERSION", "Migration", "enqueue_function", "migrations",
+                                "pending"}
 
 
-JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-QUEUED: sa.ColumnElement[str] = sa.literal_column("'queued'")
-RUNNING: sa.ColumnElement[str] = sa.literal_column("'running'")
-UNMATCHED: sa.ColumnElement[str] = sa.literal_column("'unmatched'")  # an inbox outcome
-
-metadata = sa.MetaData()
+def __getattr__(name: str) -> Any:
+    if name not in _TABLES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("hipq.store.tables"), name)
+    globals()[name] = value
+    return value
 
 
-def _job_columns() -> list[sa.Column[Any]]:
-    return [
-        sa.Column("queue", sa.Text, nullable=False),
-        sa.Column("id", sa.Text, nullable=False),
-        sa.Column("token", sa.Text, nullable=False),
-        sa.Column("status", sa.Text, nullable=False),
-        sa.Column("data", JSON, nullable=False),
-        sa.Column("run_at", UTCDateTime, nullable=False),
-        sa.Column("expires_at", UTCDateTime),
-        sa.Column("priority", sa.Integer, nullable=False),
-        sa.Column("weight", sa.Integer, nullable=False),
-        sa.Column("critical", sa.Boolean, nullable=False),
-        sa.Column("time_windows", JSON),
-        sa.Column("timezone", sa.Text),
-        sa.Column("timeout_seconds", sa.Float, nullable=False),
-        sa.Column("correlation_key", sa.Text),
-        sa.Column("correlation_fixed", sa.Boolean, nullable=False),
-        sa.Column("ordering_key", sa.Text),
-        sa.Column("key_order_at", UTCDateTime),
-        sa.Column("group_key", sa.Text),
-        sa.Column("attempt", sa.Integer, nullable=False),
-        sa.Column("max_attempts", sa.Integer, nullable=False),
-        sa.Column("created_at", UTCDateTime, nullable=False),
-        sa.Column("updated_at", UTCDateTime, nullable=False),
-        sa.Column("launched_at", UTCDateTime),
-        sa.Column("deadline", UTCDateTime),
-        sa.Column("owner", sa.Text),
-        sa.Column("launch_confirmed", sa.Boolean, nullable=False),
-        sa.Column("result", JSON),
-        sa.Column("error", JSON),
-        sa.Column("replay_of", sa.Text),
-        sa.Column("body_hash", sa.Text, nullable=False),
-    ]
-
-
-queues = sa.Table(
-    "queues", metadata,
-    sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("config", JSON, nullable=False),
-    sa.Column("paused", sa.Boolean, nullable=False),
-    sa.Column("created_at", UTCDateTime, nullable=False),
-    sa.Column("updated_at", UTCDateTime, nullable=False),
-)
-
-# trace: the job's W3C trace context (hipq.tracing), added by version 8, hence last
-jobs = sa.Table(
-    "jobs", metadata, *_job_columns(), sa.Column("trace", sa.Text),
-    sa.PrimaryKeyConstraint("queue", "id", name="jobs_pkey"),
-)
-sa.Index("ix_jobs_due_time", jobs.c.queue, jobs.c.run_at, jobs.c.priority, jobs.c.id,
-         postgresql_where=jobs.c.status == QUEUED, sqlite_where=jobs.c.status == QUEUED)
-sa.Index("ix_jobs_due_priority", jobs.c.queue, jobs.c.priority, jobs.c.run_at, jobs.c.id,
-         postgresql_where=jobs.c.status == QUEUED, sqlite_where=jobs.c.status == QUEUED)
-_critical = sa.and_(jobs.c.status == QUEUED, jobs.c.critical == sa.true())
-sa.Index("ix_jobs_due_critical", jobs.c.queue, jobs.c.run_at, jobs.c.priority, jobs.c.id,
-         postgresql_where=_critical, sqlite_where=_critical)
-_grouped = sa.and_(jobs.c.status == QUEUED, jobs.c.group_key.is_not(None))
-sa.Index("ix_jobs_due_group_time", jobs.c.queue, jobs.c.group_key, jobs.c.run_at, jobs.c.priority,
-         jobs.c.id, postgresql_where=_grouped, sqlite_where=_grouped)
-sa.Index("ix_jobs_due_group_priority", jobs.c.queue, jobs.c.group_key, jobs.c.priority,
-         jobs.c.run_at, jobs.c.id, postgresql_where=_grouped, sqlite_where=_grouped)
-_keyed = jobs.c.ordering_key.is_not(None)
-sa.Index("ix_jobs_ordering_key", jobs.c.queue, jobs.c.ordering_key, jobs.c.key_order_at,
-         jobs.c.id, postgresql_where=_keyed, sqlite_where=_keyed)
-sa.Index("ix_jobs_running", jobs.c.queue, jobs.c.deadline,
-         postgresql_where=jobs.c.status == RUNNING, sqlite_where=jobs.c.status == RUNNING)
-_expiring = sa.and_(jobs.c.status == QUEUED, jobs.c.expires_at.is_not(None))
-sa.Index("ix_jobs_expires", jobs.c.expires_at,
-         postgresql_where=_expiring, sqlite_where=_expiring)
-# Only jobs with a key (running ones, and queued ones with a fixed key) are in it:
-# a plain enqueue adds no entry. ``correlation_key = ...`` lookups imply NOT NULL.
-_has_key = jobs.c.correlation_key.is_not(None)
-sa.Index("ux_jobs_correlation_key", jobs.c.correlation_key, unique=True,
-         postgresql_where=_has_key, sqlite_where=_has_key)
-
-archived_jobs = sa.Table(
-    "archived_jobs", metadata, *_job_columns(),
-    sa.Column("finished_at", UTCDateTime, nullable=False),
-    sa.Column("trace", sa.Text),
-    sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
-)
-sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,
-         archived_jobs.c.id)
-sa.Index("ix_archived_jobs_queue_finished", archived_jobs.c.queue, archived_jobs.c.finished_at,
-         archived_jobs.c.id)
-sa.Index("ix_archived_jobs_status", archived_jobs.c.status, archived_jobs.c.finished_at)
-sa.Index("ix_archived_jobs_correlation_key", archived_jobs.c.correlation_key)
-
-job_attempts = sa.Table(
-    "job_attempts", metadata,
-    sa.Column("id", BigId, primary_key=True, autoincrement=True),
-    sa.Column("queue", sa.Text, nullable=False),
-    sa.Column("job_id", sa.Text, nullable=False),
-    sa.Column("attempt", sa.Integer, nullable=False),
-    sa.Column("correlation_key", sa.Text),
-    sa.Column("launched_at", UTCDateTime),
-    sa.Column("finished_at", UTCDateTime, nullable=False),
-    sa.Column("outcome", sa.Text, nullable=False),
-    sa.Column("error", JSON),
-    sa.Column("response", JSON),
-)
-sa.Index("ix_job_attempts_job", job_attempts.c.queue, job_attempts.c.job_id,
-         job_attempts.c.attempt)
-
-response_inbox = sa.Table(
-    "response_inbox", metadata,
-    sa.Column("id", BigId, primary_key=True, autoincrement=True),
-    sa.Column("correlation_key", sa.Text, nullable=False),
-    sa.Column("attempt", sa.Integer),
-    sa.Column("status", sa.Text, nullable=False),
-    sa.Column("retryable", sa.Boolean),
-    sa.Column("result", JSON),
-    sa.Column("error", JSON),
-    sa.Column("extend_seconds", sa.Float),
-    sa.Column("source", sa.Text, nullable=False),
-    sa.Column("dedup_key", sa.Text, unique=True),
-    sa.Column("received_at", UTCDateTime, nullable=False),
-    sa.Column("applied_at", UTCDateTime),
-    sa.Column("outcome", sa.Text),
-    sa.Column("token", sa.Text),  # the job a signed callback URL was issued for
-)
-_pending = response_inbox.c.applied_at.is_(None)
-sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,
-         postgresql_where=_pending, sqlite_where=_pending)
-sa.Index("ix_response_inbox_pending_received", response_inbox.c.received_at,
-         postgresql_where=_pending, sqlite_where=_pending)
-sa.Index("ix_response_inbox_applied", response_inbox.c.applied_at)
-# Only the few rows marked unmatched are in it (new rows have no outcome yet, so an
-# insert adds no entry): the operators' listing of them, newest first.
-_unmatched = response_inbox.c.outcome == UNMATCHED
-sa.Index("ix_response_inbox_unmatched", response_inbox.c.received_at, response_inbox.c.id,
-         postgresql_where=_unmatched, sqlite_where=_unmatched)
-
-launch_events = sa.Table(
-    "launch_events", metadata,
-    sa.Column("id", BigId, primary_key=True, autoincrement=True),
-    sa.Column("queue", sa.Text, nullable=False),
-    sa.Column("group_key", sa.Text, nullable=False),
-    sa.Column("launched_at", UTCDateTime, nullable=False),
-)
-sa.Index("ix_launch_events_queue", launch_events.c.queue, launch_events.c.launched_at)
-
-merged_jobs = sa.Table(
-    "merged_jobs", metadata,
-    sa.Column("queue", sa.Text, nullable=False),
-    sa.Column("id", sa.Text, nullable=False),
-    sa.Column("into_id", sa.Text, nullable=False),
-    sa.Column("body_hash", sa.Text, nullable=False),
-    sa.Column("created_at", UTCDateTime, nullable=False),
-    sa.PrimaryKeyConstraint("queue", "id", name="merged_jobs_pkey"),
-)
-
-leases = sa.Table(
-    "leases", metadata,
-    sa.Column("queue", sa.Text, primary_key=True),
-    sa.Column("owner", sa.Text, nullable=False),
-    sa.Column("acquired_at", UTCDateTime, nullable=False),
-    sa.Column("expires_at", UTCDateTime, nullable=False),
-)
-
-# One row per live daemon, refreshed at each lease renewal: the cluster's membership
-# (each daemon aims at ceil(queues / live daemons) leases).
-daemons = sa.Table(
-    "daemons", metadata,
-    sa.Column("owner", sa.Text, primary_key=True),
-    sa.Column("started_at", UTCDateTime, nullable=False),
-    sa.Column("heartbeat_at", UTCDateTime, nullable=False),
-    sa.Column("expires_at", UTCDateTime, nullable=False),
-)
-
-# A partner's pause (SPEC 15): one row per paused scope of a queue; ``scope`` is ""
-# for the whole queue, else "=" and the group's value. Written by the queue's owner,
-# read by every daemon (and by the next owner).
-queue_backoffs = sa.Table(
-    "queue_backoffs", metadata,
-    sa.Column("queue", sa.Text, nullable=False),
-    sa.Column("scope", sa.Text, nullable=False),
-    sa.Column("until", UTCDateTime, nullable=False),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("streak", sa.Integer, nullable=False),
-    sa.Column("since", UTCDateTime, nullable=False),
-    sa.PrimaryKeyConstraint("queue", "scope", name="queue_backoffs_pkey"),
-)
-
-# What the owner of a queue learned of it (SPEC 15): the adaptive limit, the due jobs
-# it held back at its last tick by reason, its throttled tries; every daemon serves it.
-queue_state = sa.Table(
-    "queue_state", metadata,
-    sa.Column("queue", sa.Text, primary_key=True),
-    sa.Column("effective", sa.Float),
-    sa.Column("successes", sa.Integer, nullable=False),
-    sa.Column("decreased_at", UTCDateTime),
-    sa.Column("held", JSON),
-    sa.Column("held_at", UTCDateTime),
-    sa.Column("throttled_total", BigId, nullable=False),
-)
-
-# Enqueue from SQL (SPEC 16): what producers insert in their own transactions (through
-# hipq_enqueue() or hipq.sql); the owner of the queue ingests the pending rows (error
-# NULL) into jobs and deletes them; a row that breaks a rule stays, with its error.
-job_intake = sa.Table(
-    "job_intake", metadata,
-    sa.Column("id", BigId, primary_key=True, autoincrement=True),
-    sa.Column("queue", sa.Text, nullable=False),
-    sa.Column("job_id", sa.Text),
-    sa.Column("data", JSON, nullable=False),
-    sa.Column("run_after", UTCDateTime),
-    sa.Column("fields", JSON, nullable=False),
-    sa.Column("enqueued_at", UTCDateTime, nullable=False),
-    sa.Column("error", sa.Text),
-    sa.Column("rejected_at", UTCDateTime),
-)
-_intake_pending = sa.text("error IS NULL")
-_intake_rejected = sa.text("error IS NOT NULL")
-sa.Index("ix_job_intake_pending", job_intake.c.queue, job_intake.c.id,
-         postgresql_where=_intake_pending, sqlite_where=_intake_pending)
-sa.Index("ix_job_intake_job", job_intake.c.queue, job_intake.c.job_id,
-         postgresql_where=_intake_pending, sqlite_where=_intake_pending)
-sa.Index("ix_job_intake_rejected", job_intake.c.rejected_at, job_intake.c.id,
-         postgresql_where=_intake_rejected, sqlite_where=_intake_rejected)
-
-meta = sa.Table(
-    "hipq_meta", metadata,
-    sa.Column("key", sa.Text, primary_key=True),
-    sa.Column("value", sa.Text, nullable=False),
-)
-
-
-def render_postgres_ddl() -> str:
-    """The canonical PostgreSQL DDL (what ``schema.sql`` holds)."""
-    from sqlalchemy.schema import CreateIndex, CreateTable
-
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    parts = [f"-- hipq schema version {SCHEMA_VERSION}. Generated from hipq/store/schema.py\n"
-             "-- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same\n"
-             "-- from hipq/store/migrations/postgresql/."]
-    for table in metadata.sorted_tables:
-        parts.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
-        parts.extend(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";"
-                     for index in sorted(table.indexes, key=lambda i: str(i.name)))
-    parts.append(enqueue_function())
-    return "\n\n".join(parts) + "\n"
-
-
-def enqueue_function() -> str:
-    """The DDL of ``hipq_enqueue()`` (SPEC 16), as its migration creates it."""
-    script = next(m.sql for m in migrations("postgresql") if m.name.endswith("_intake.sql"))
-    start = script.index("CREATE OR REPLACE FUNCTION hipq_enqueue")
-    return script[start:].strip()
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_TABLES})
 
 
 if __name__ == "__main__":
     import sys
 
-    sys.stdout.write(render_postgres_ddl())
+    sys.stdout.write(__getattr__("render_postgres_ddl")())

@@ -40,9 +40,11 @@ bytes per partition, so throughput no longer depends on ``launch_concurrency``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -85,6 +87,10 @@ class KafkaProducer:
         self._last_error = ""
         self._refused_idempotence = False
         self._closed = False
+        # the dispatched messages in order, with the loop time by which each must have
+        # been acknowledged: one timer for them all, armed for the first that waits
+        self._guards: deque[tuple[float, asyncio.Future[None], str]] = deque()
+        self._guard_timer: asyncio.TimerHandle | None = None
 
     @property
     def running(self) -> bool:
@@ -116,25 +122,45 @@ class KafkaProducer:
         except BaseException:
             self._slots.release()
             raise
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        guard = asyncio.get_running_loop().call_later(
-            self.config.delivery_timeout_seconds + ACK_GRACE_SECONDS,
-            self._ack_timeout(topic, done))
-        ack.add_done_callback(lambda f: self._acked(topic, f, done, guard))
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._guard(loop, done, topic)
+        ack.add_done_callback(functools.partial(self._acked, topic, done))
         return done
 
-    def _ack_timeout(self, topic: str, done: asyncio.Future[None]) -> Callable[[], None]:
-        def expire() -> None:
+    def _guard(self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[None],
+               topic: str) -> None:
+        """Fail ``done`` as a ``timeout`` if no acknowledgement came within the
+        producer's delivery timeout and a grace (one timer for every message, not one
+        each: the deadlines come in dispatch order)."""
+        guards = self._guards
+        while guards and guards[0][1].done():  # acknowledged: forget them
+            guards.popleft()
+        if len(guards) > 2 * self.config.max_in_flight:  # behind one that still waits
+            self._guards = guards = deque(g for g in guards if not g[1].done())
+        deadline = loop.time() + self.config.delivery_timeout_seconds + ACK_GRACE_SECONDS
+        guards.append((deadline, done, topic))
+        if self._guard_timer is None:
+            self._guard_timer = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The guard timer: fail what waited too long; arm it for the next one."""
+        self._guard_timer = None
+        loop = asyncio.get_running_loop()
+        now, guards = loop.time(), self._guards
+        while guards:
+            deadline, done, topic = guards[0]
             if not done.done():
+                if deadline > now:
+                    self._guard_timer = loop.call_at(deadline, self._expire)
+                    return
                 self._slots.release()
                 done.set_exception(TransientLaunchError(
                     f"Kafka did not acknowledge the message to {topic!r} within "
                     f"{self.config.delivery_timeout_seconds:g}s", kind=ErrorKind.TIMEOUT))
-        return expire
+            guards.popleft()
 
-    def _acked(self, topic: str, ack: asyncio.Future[Any], done: asyncio.Future[None],
-               guard: asyncio.TimerHandle) -> None:
-        guard.cancel()
+    def _acked(self, topic: str, done: asyncio.Future[None], ack: asyncio.Future[Any]) -> None:
         if done.done():  # already failed by the guard (its slot released there)
             return
         self._slots.release()
@@ -153,6 +179,9 @@ class KafkaProducer:
 
     async def close(self) -> None:
         self._closed = True
+        if self._guard_timer is not None:
+            self._guard_timer.cancel()
+            self._guard_timer = None
         async with self._lock:
             producer, self._producer = self._producer, None
         if producer is not None:

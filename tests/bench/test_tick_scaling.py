@@ -22,7 +22,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import event
 
 from hipq.jobs import Ordering
 from hipq.store import Change, ChangeKind, Store, open_store
@@ -94,34 +93,18 @@ async def raw(backlog_db: str) -> AsyncIterator[asyncpg.Connection]:
 
 @contextmanager
 def captured(store: Store) -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    """The (SQL, driver parameters) of every statement the store sends meanwhile:
-    through SQLAlchemy (its cursor events) or straight to asyncpg (``hipq.store.postgres``;
-    asyncpg's query logger on every connection checked out meanwhile)."""
+    """The (SQL, driver parameters) of every statement the store sends meanwhile
+    (asyncpg's query loggers on the connections of the store's pool)."""
     seen: list[tuple[str, tuple[Any, ...]]] = []
-    hooked: list[Any] = []
 
     def record(query: Any) -> None:
         seen.append((query.query, tuple(query.args or ())))
 
-    def checkout(_dbapi: Any, pooled: Any, *_: Any) -> None:
-        driver = pooled.driver_connection
-        if driver not in hooked:
-            driver.add_query_logger(record)
-            hooked.append(driver)
-
-    def statement(_conn: Any, _cursor: Any, sql: str, parameters: Any, *_: Any) -> None:
-        seen.append((sql, tuple(parameters or ())))  # SQLAlchemy's: prepared, not logged
-
-    engine = store.engine.sync_engine
-    event.listen(engine.pool, "checkout", checkout)
-    event.listen(engine, "before_cursor_execute", statement)
+    store.add_query_logger(record)  # type: ignore[attr-defined]
     try:
         yield seen
     finally:
-        event.remove(engine.pool, "checkout", checkout)
-        event.remove(engine, "before_cursor_execute", statement)
-        for driver in hooked:
-            driver.remove_query_logger(record)
+        store.remove_query_logger(record)  # type: ignore[attr-defined]
 
 
 def only(seen: list[tuple[str, tuple[Any, ...]]], prefix: str) -> tuple[str, tuple[Any, ...]]:
