@@ -1,4 +1,4 @@
--- hipq schema version 8. Generated from hipq/store/schema.py
+-- hipq schema version 9. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -75,6 +75,8 @@ CREATE TABLE job_attempts (
 );
 
 CREATE INDEX ix_job_attempts_job ON job_attempts (queue, job_id, attempt);
+
+CREATE INDEX ix_job_attempts_key ON job_attempts (correlation_key);
 
 CREATE TABLE job_intake (
 	id BIGSERIAL NOT NULL, 

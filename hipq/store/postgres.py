@@ -79,6 +79,7 @@ _END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "out
                      "response")
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
+SKIPPED_ROUNDS = 2  # step 3: changes sent again after a concurrent update skipped them
 _INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
                   "statuses": "status", "retryables": "retryable", "results": "result",
                   "errors": "error", "extend_seconds": "extend_seconds", "sources": "source",
@@ -402,7 +403,13 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
                             ) -> set[JobKey]:
         """One statement per kind of change (which also marks the responses of the
         changes that applied), each guarded by owner and attempt so what it returns
-        is what applied. One statement needs no transaction; several share one."""
+        is what applied. One statement needs no transaction; several share one.
+
+        The statements address each row by the ctid their lookup found. A row that
+        another transaction changed meanwhile (a launch confirmation, say) has a new
+        ctid by the time the statement gets its lock, and PostgreSQL skips it without
+        an error; such a change is sent again, its row looked up afresh by key, where
+        the guards decide as before (:data:`SKIPPED_ROUNDS` times at most)."""
         if not changes and not inbox:
             return set()
         calls = _persist_calls(changes, owner, now)
@@ -412,6 +419,15 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         async with self._driver(transaction=len(calls) > 1) as db:
             for sql, args in calls:
                 applied.update(map(_QUEUE_AND_ID, await db.fetch(sql, *args)))
+            for _ in range(SKIPPED_ROUNDS):
+                missed = [c for c in changes if (c.queue, c.id) not in applied]
+                if not missed:
+                    break
+                before = len(applied)
+                for sql, args in _persist_calls(missed, owner, now):
+                    applied.update(map(_QUEUE_AND_ID, await db.fetch(sql, *args)))
+                if len(applied) == before:  # what is left no longer holds: not ours
+                    break
         return applied
 
     # -- queued and adopted jobs ---------------------------------------------------------

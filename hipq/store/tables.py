@@ -139,6 +139,7 @@ job_attempts = sa.Table(
 )
 sa.Index("ix_job_attempts_job", job_attempts.c.queue, job_attempts.c.job_id,
          job_attempts.c.attempt)
+sa.Index("ix_job_attempts_key", job_attempts.c.correlation_key)  # version 9
 
 response_inbox = sa.Table(
     "response_inbox", metadata,

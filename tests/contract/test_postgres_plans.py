@@ -200,3 +200,21 @@ async def test_a_page_reads_its_index_from_the_previous_page_on(
         _assert_reads(plan, table, indexes, ordered=ordered)
         (scan,) = main_scans(plan, table)
         assert "Index Cond" in scan, json.dumps(plan, indent=1)
+
+
+async def test_past_tries_are_found_by_key_through_an_index(store: Store,
+                                                            clock: FakeClock) -> None:
+    """A response no live job claims is looked up among past tries by its key, once
+    per such response (late, stale, or a callback at a daemon that does not hold the
+    try): through ``ix_job_attempts_key`` (schema 9), never by reading the history."""
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    jobs = await start(store, clock, *(make_job(clock, f"h{i}") for i in range(50)))
+    await store.persist_batch(changes=[archive(j) for j in jobs], owner=OWNER, now=clock.now())
+    plan = await generic_plan(store, "attempt_keys", seqscan=False, keys=["~tok-h1.1"])
+    shown = json.dumps(plan, indent=1)
+    assert not [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"], shown
+    used = {n.get("Index Name") for n in nodes(plan)}
+    assert {"ix_job_attempts_key", "ix_archived_jobs_correlation_key"} <= used, shown
+    found = await store.archived_by_attempt_keys([jobs[1].correlation_key or ""])
+    assert found == {jobs[1].correlation_key: ("q", "h1")}
