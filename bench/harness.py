@@ -304,7 +304,7 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     ("durable_lifecycle_jobs_per_s", "lifecycle, python target, fsync on (jobs/s)", "", None),
     ("graphile_jobs_per_s", "graphile-worker lifecycle, best concurrency (jobs/s)", "", None),
     ("durable_lifecycle_over_graphile", "hipq lifecycle / graphile-worker, fsync on", ">=", 1.25),
-    ("callback_jobs_per_s", "round trip, HTTP callback (jobs/s)", ">=", 2500),
+    ("callback_jobs_per_s", "round trip, HTTP callback (jobs/s)", ">=", 4000),
     ("kafka_template_jobs_per_s", "round trip, Kafka, template match (jobs/s)", ">=", 5000),
     ("kafka_header_jobs_per_s", "round trip, Kafka, header (jobs/s)", ">=", 5000),
     # issue 28: a confluent-kafka responder, queue concurrency 1,000 and unlimited
