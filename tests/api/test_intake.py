@@ -74,12 +74,19 @@ async def test_the_wake_up_comes_within_half_a_second_at_a_5s_interval(
         live: LiveFactory, downstream: Downstream, db_url: str) -> None:
     api = (await live(reconcile={"interval_seconds": 5})).api
     assert (await api.call("POST", "/v1/jobs", http_queue("orders", downstream.url)))[0] == 201
-    await asyncio.sleep(0.5)  # the lease is taken at the first tick
     url = db_url.replace("postgresql+asyncpg://", "postgresql://", 1)
     import asyncpg
 
     conn = await asyncpg.connect(url)
     try:
+        # the daemon holds the queue's lease before the clock starts (a tick takes it
+        # at once: waited for, not assumed after a fixed sleep)
+        deadline = time.monotonic() + 5
+        while not await conn.fetchval(
+                "SELECT count(*) FROM leases WHERE queue = 'orders' AND expires_at > now()"):
+            assert time.monotonic() < deadline, "the daemon never took the queue's lease"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # the tick that took it has ended
         for i in range(3):
             started = time.monotonic()
             async with conn.transaction():
