@@ -391,7 +391,8 @@ class Daemon:
             log.exception("intake: ingest failed", extra={"action": "intake_error"})
             self._intake_due = True
             return False
-        self._intake_due = more
+        if more:  # (never reset here: a notification during the ingest stands)
+            self._intake_due = True
         return more
 
     async def prune(self) -> None:
