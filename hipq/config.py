@@ -369,6 +369,9 @@ class ReconcileConfig(_Strict):
     # PostgreSQL: vacuum the jobs table after this many jobs moved through it
     # (claimed or ended) since the last time; 0 leaves it to autovacuum
     vacuum_every: int = Field(default=4000, ge=0)
+    # an in-process target's tries that end within this many seconds are claimed
+    # and ended in one statement (hipq/engine/inline.py); 0: never
+    inline_seconds: float = Field(default=0.02, ge=0, le=10)
 
 
 class ResponsesConfig(_Strict):

@@ -157,6 +157,23 @@ class Launcher:
         else:
             self._unrecorded.pop(queue, None)
 
+    # -- in-tick runs (hipq.engine.inline): launches started outside the workers ------
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background; :meth:`drain` waits for it."""
+        self._spawn(coro)
+
+    def expect(self, jobs: Sequence[Job]) -> None:
+        """Launches under way whose answers will come through :meth:`record`."""
+        unrecorded = self._unrecorded
+        for queue, n in Counter([job.queue for job in jobs]).items():
+            unrecorded[queue] = unrecorded.get(queue, 0) + n
+
+    def record(self, result: LaunchResult) -> None:
+        """What a launch said, as if one of the workers had sent it (an expected
+        launch, or one answered in its tick that goes the usual way after all)."""
+        self._record(result)
+
     def busy(self, queue: str) -> bool:
         """Whether launches of ``queue`` are in flight or not yet recorded."""
         return queue in self._unrecorded

@@ -49,6 +49,7 @@ from typing import Any
 
 from hipq.clock import Clock
 from hipq.config import ReconcileConfig, ResponsesConfig
+from hipq.engine import inline
 from hipq.engine.batch import Batch, LazyJobs
 from hipq.engine.decide import (
     Fetch,
@@ -64,7 +65,7 @@ from hipq.engine.decide import (
 from hipq.engine.held import HeldTry
 from hipq.engine.inbox import Inbox
 from hipq.engine.jobs_on_demand import JobsOnDemand
-from hipq.engine.launcher import Launcher
+from hipq.engine.launcher import Launcher, LaunchResult
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
 from hipq.engine.partner import PartnerWord
@@ -149,10 +150,11 @@ class Reconciler:
         persisting = asyncio.ensure_future(self._persist(changes, now))
         try:
             selections = await self._select(queues, now, counters)  # steps 1 and 2
-            launched = await self._mark_running(selections, _requeued(changes), now)  # 4
+            launched, to_launch = await self._mark_running(  # step 4 (and in-tick runs)
+                selections, _requeued(changes), now, counters)
             counters.add("launched", len(launched))
             counters.launched_jobs = launched
-            self._launch(launched)  # step 5, in the background
+            self._launch(to_launch)  # step 5, in the background
         except BaseException:
             with contextlib.suppress(BaseException):  # never leave step 3 half-applied
                 await persisting
@@ -165,7 +167,8 @@ class Reconciler:
         result = counters.result()
         if result.changed:
             log.info("reconcile tick: %s", dict(counters.values), extra={"action": "tick"})
-        self.vacuum.count(result.launched + result.finished)
+        # the rows moved through the jobs table (a try run within its tick moves once)
+        self.vacuum.count(result.launched + result.finished - result.ran_inline)
         return result
 
     async def _sweep(self, now: datetime, counters: Counters) -> None:
@@ -508,27 +511,91 @@ class Reconciler:
     # -- steps 4 and 5: mark running and launch ----------------------------------------
 
     async def _mark_running(self, selections: Sequence[_Selection],
-                            requeued: set[tuple[str, str]], now: datetime) -> list[Job]:
+                            requeued: set[tuple[str, str]], now: datetime,
+                            counters: Counters) -> tuple[list[Job], list[Job]]:
+        """Step 4: the jobs launched (for metrics) and those step 5 is to launch
+        (the others ran within the tick: :mod:`.inline`)."""
         launched: list[Job] = []
+        to_launch: list[Job] = []
         if self._stopping:
-            return launched
+            return launched, to_launch
         for selection in selections:
             spec = selection.runtime.spec
             ids = [i for i in selection.launch if (spec.id, i) not in requeued]
             if not ids:
                 continue
-            jobs = await self._claim(selection, ids, now)
-            add, watch = self.batch.add, self.inbox.watch
-            grouped = spec.backoff.scope == "group"
-            for job in jobs:  # once per launched job
-                held = HeldTry(job=job, deadline=job.deadline)
-                if grouped:
-                    held.scope = self._scope(spec, job)
-                add(held)
-                if job.correlation_fixed:
-                    watch(held)
+            if self.config.inline_seconds > 0 and inline.eligible(
+                    spec, selection.runtime.target, listening=self._listening(spec)):
+                ran, ids = await self._run_inline(selection, ids, now, counters)
+                launched.extend(ran)
+            jobs = await self._claim(selection, ids, now) if ids else []
+            self._hold(spec, jobs)
             launched.extend(jobs)
-        return launched
+            to_launch.extend(jobs)
+        return launched, to_launch
+
+    def _hold(self, spec: QueueSpec, jobs: Sequence[Job]) -> None:
+        """Claimed tries join the batch."""
+        add, watch = self.batch.add, self.inbox.watch
+        grouped = spec.backoff.scope == "group"
+        for job in jobs:  # once per launched job
+            held = HeldTry(job=job, deadline=job.deadline)
+            if grouped:
+                held.scope = self._scope(spec, job)
+            add(held)
+            if job.correlation_fixed:
+                watch(held)
+
+    def _listening(self, spec: QueueSpec) -> bool:
+        """Whether a queue's successes tell the partner's word something (SPEC 15)."""
+        return spec.adaptive is not None or self.partner.has_pauses(spec.id)
+
+    async def _run_inline(self, selection: _Selection, ids: list[str], now: datetime,
+                          counters: Counters) -> tuple[list[Job], list[str]]:
+        """Run a queue's new tries within the tick (:mod:`.inline`): the successes
+        are claimed and archived in one statement; the rest is claimed as usual, its
+        answers going through the launcher. Returns the tries that ran (or run) and
+        the ids still to claim and launch."""
+        runtime = selection.runtime
+        spec, target = runtime.spec, runtime.target
+        assert target is not None
+        heartbeat = spec.heartbeat_timeout_seconds
+        tries = [inline.try_of(selection.candidates[i], now=now, owner=self.owner,
+                               heartbeat_seconds=heartbeat) for i in ids]
+        run = await inline.run_inline(self.launcher, target, tries,
+                                      wait=self.config.inline_seconds,
+                                      concurrency=self.config.launch_concurrency)
+        ends: list[Change] = []
+        other: list[LaunchResult] = []
+        archive, succeeded = ChangeKind.ARCHIVE, JobState.SUCCEEDED.value
+        for result in run.answered:
+            if inline.archivable(result):
+                job = result.job
+                ends.append(Change(
+                    kind=archive, queue=job.queue, id=job.id, attempt=job.attempt,
+                    launched_at=now, correlation_key=job.correlation_key, status=succeeded,
+                    result=getattr(result.outcome, "result", None), outcome=succeeded,
+                    trace=job.trace))
+            else:
+                other.append(result)
+        applied = await self.store.job_archive_ran_many(
+            queue=spec.id, changes=ends, owner=self.owner, now=now,
+            heartbeat_seconds=heartbeat)
+        done = [c for c in ends if (c.queue, c.id) in applied]
+        counters.add("finished", len(done))
+        counters.add("ran_inline", len(done))
+        counters.ended = [*counters.ended, *done]
+        # what ran and is not archived: claimed now, its answers the usual way (a job
+        # the claim misses, cancelled meanwhile, say, has its answer dropped)
+        claim_now = [r.job.id for r in other] + [j.id for j in run.unanswered]
+        claimed = await self._claim(selection, claim_now, now) if claim_now else []
+        self._hold(spec, claimed)
+        self.launcher.expect([r.job for r in other])
+        for result in other:
+            self.launcher.record(result)
+        ran = [r.job for r in run.answered if (r.job.queue, r.job.id) in applied]
+        ran.extend(claimed)
+        return ran, [j.id for j in run.unstarted]
 
     async def _claim(self, selection: _Selection, ids: list[str], now: datetime) -> list[Job]:
         """Step 4 for one queue. If the claim hits a taken correlation key (keys hipq

@@ -28,6 +28,7 @@ class ReconcileResult:
     adopted: int = 0
     throttler_errors: int = 0
     throttled: int = 0  # tries the partner throttled (SPEC 15)
+    ran_inline: int = 0  # tries claimed and ended in one statement (hipq.engine.inline)
     # for metrics (hipq.metrics) and failure logs, by reference: no per-job work here
     launched_jobs: Sequence[Job] = ()
     ended: Sequence[Change] = ()

@@ -214,6 +214,18 @@ class Store(Protocol):
         may build the answer from them instead of reading the rows back.
         """
 
+    async def job_archive_ran_many(self, *, queue: str, changes: Sequence[Change],
+                                   owner: str, now: datetime,
+                                   heartbeat_seconds: float | None) -> set[tuple[str, str]]:
+        """Steps 4 and 3 at once for tries that ran within their tick (an in-process
+        target: :mod:`hipq.engine.inline`): each change (ARCHIVE, at the try's
+        attempt) applies only if its job is still ``queued`` at the attempt before;
+        the job is archived as if claimed by ``owner`` at ``now`` (attempt, launch
+        time, deadline, confirmed launch, key as :meth:`job_mark_running_many` sets
+        them) and ended by the change, and the try is recorded. A job cancelled,
+        changed or being claimed meanwhile is left as it is. Returns the (queue, id)
+        of the changes that applied."""
+
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
                                       owner: str) -> int:
         """Record that these launches (queue, id, attempt) reached their target;

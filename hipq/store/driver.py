@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar
 
 from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreError
 from hipq.jobs import Job, JobState, Ordering, cancelled_error
 from hipq.store.due import DueShape
-from hipq.store.records import InsertOutcome, QueueRecord, QueueStats
+from hipq.store.records import Change, InboxOutcome, InsertOutcome, QueueRecord, QueueStats
 from hipq.store.rows import CACHE_SIZE, queue_record, repeat_outcome
 from hipq.store.versions import SCHEMA_VERSION
 
@@ -175,6 +176,46 @@ class DriverBase(abc.ABC):
     async def job_archive_queued_many(self, *, queue: str, ends: dict[str, tuple[str, Any]],
                                       now: datetime) -> list[Job]:
         """See :meth:`hipq.store.base.Store.job_archive_queued_many`."""
+
+    async def job_archive_ran_many(self, *, queue: str, changes: Sequence[Change],
+                                   owner: str, now: datetime,
+                                   heartbeat_seconds: float | None) -> set[tuple[str, str]]:
+        """See :meth:`hipq.store.base.Store.job_archive_ran_many`. Here: the claim,
+        then step 3's archive (two transactions; a driver may do both in one)."""
+        if not changes:
+            return set()
+        claimed = {j.id: j for j in await self.job_mark_running_many(
+            queue=queue, ids=[c.id for c in changes], now=now, owner=owner,
+            heartbeat_seconds=heartbeat_seconds)}
+        # the launch happened (the try ran): confirmed, as the one statement records it
+        await self.job_confirm_launch_many(
+            keys=[(j.queue, j.id, j.attempt) for j in claimed.values()], owner=owner)
+        ends = []
+        for change in changes:
+            job = claimed.get(change.id)
+            if job is not None:  # the try as claimed (its attempt and key)
+                ends.append(replace(change, attempt=job.attempt,
+                                    correlation_key=job.correlation_key,
+                                    launched_at=job.launched_at))
+        return await self.persist_batch(changes=ends, owner=owner, now=now)
+
+    @abc.abstractmethod
+    async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,
+                                    owner: str, heartbeat_seconds: float | None,
+                                    rate_groups: Mapping[str, str] | None = None,
+                                    known: Mapping[str, Job] | None = None) -> list[Job]:
+        """See :meth:`hipq.store.base.Store.job_mark_running_many`."""
+
+    @abc.abstractmethod
+    async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
+                                      owner: str) -> int:
+        """See :meth:`hipq.store.base.Store.job_confirm_launch_many`."""
+
+    @abc.abstractmethod
+    async def persist_batch(self, *, changes: Sequence[Change], owner: str, now: datetime,
+                            inbox: Sequence[tuple[int, InboxOutcome]] = ()
+                            ) -> set[tuple[str, str]]:
+        """See :meth:`hipq.store.base.Store.persist_batch`."""
 
     async def job_cancel_queued(self, *, queue: str, job_id: str, now: datetime) -> Job | None:
         ended = await self.job_archive_queued_many(

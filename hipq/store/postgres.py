@@ -430,6 +430,17 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
                     break
         return applied
 
+    async def job_archive_ran_many(self, *, queue: str, changes: Sequence[Change],
+                                   owner: str, now: datetime,
+                                   heartbeat_seconds: float | None) -> set[JobKey]:
+        """One statement (``archive_ran``): the claim and the end of each try, with no
+        running row in between; a row changed or locked meanwhile is left alone."""
+        if not changes:
+            return set()
+        rows = await self._fetch("archive_ran", ends=_ENCODE(list(map(_END_OF, changes))),
+                                 owner=owner, now=now, heartbeat_seconds=heartbeat_seconds)
+        return set(map(_QUEUE_AND_ID, rows))
+
     # -- queued and adopted jobs ---------------------------------------------------------
 
     async def job_adopt_running(self, *, queue: str, owner: str, now: datetime) -> int:

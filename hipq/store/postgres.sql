@@ -486,6 +486,63 @@ marked AS (
       AND r.applied_at IS NULL)
 SELECT queue, id FROM ended
 
+-- name: archive_ran
+-- Step 4 and step 3 at once, for tries that ran within their tick (an in-process
+-- target, see hipq/engine/inline.py): delete the rows that are still queued at the
+-- attempt before the try (the try's attempt - 1), archive them as claimed and ended
+-- in the same instant (attempt, launch time, deadline, owner and key as step 4's
+-- claim would have set them), record the try; returns what applied. A row another
+-- transaction changed or holds meanwhile (cancelled, merged into) is left alone.
+-- The ends as in archive: [queue, id, attempt, status, result, error, outcome,
+-- response].
+WITH c AS (
+    SELECT e->>0 AS queue, e->>1 AS id, (e->>2)::int4 AS attempt,
+           COALESCE(e->>3, 'failed') AS status, NULLIF(e->4, 'null') AS result,
+           NULLIF(e->5, 'null') AS error, COALESCE(e->>6, 'unknown') AS outcome,
+           NULLIF(e->7, 'null') AS response
+    FROM jsonb_array_elements(:ends::jsonb) AS e),
+hit AS (
+    SELECT t.tid, b.* FROM c AS b
+    CROSS JOIN LATERAL (
+        SELECT k.ctid AS tid FROM jobs k WHERE k.queue = b.queue AND k.id = b.id
+        -- "<> 'running'" (a live row is queued or running) and not "= 'queued'",
+        -- which lets the planner probe a due index by its queue alone, per row
+        AND k.status <> 'running' AND k.attempt = b.attempt - 1
+        LIMIT 1 FOR UPDATE OF k SKIP LOCKED) AS t),
+ended AS (
+    DELETE FROM jobs j USING hit
+    WHERE j.ctid = hit.tid AND j.ctid = ANY(ARRAY(SELECT tid FROM hit))
+    RETURNING j.*, hit.attempt AS try, hit.status AS end_status,
+              hit.result AS end_result, hit.error AS end_error,
+              hit.outcome AS end_outcome, hit.response AS end_response,
+              CASE WHEN j.correlation_fixed THEN j.correlation_key
+                   ELSE '~' || j.token || '.' || hit.attempt::text END AS try_key),
+archived AS (
+    INSERT INTO archived_jobs (
+        queue, id, token, data, run_at, expires_at, priority, weight, critical,
+        time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
+        ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
+        launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
+        status, result, error, updated_at, finished_at)
+    SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
+           time_windows, timezone, timeout_seconds, try_key, correlation_fixed,
+           ordering_key, key_order_at, group_key, try, max_attempts, created_at,
+           :now::timestamptz,
+           :now::timestamptz + make_interval(secs => CASE
+               WHEN :heartbeat_seconds::float8 IS NULL
+                 OR timeout_seconds < :heartbeat_seconds::float8 THEN timeout_seconds
+               ELSE :heartbeat_seconds::float8 END),
+           :owner::text, true, replay_of, body_hash, trace,
+           end_status, end_result, end_error, :now::timestamptz, :now::timestamptz
+    FROM ended
+    ON CONFLICT DO NOTHING),
+tries AS (
+    INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
+                              finished_at, outcome, error, response)
+    SELECT queue, id, try, try_key, :now::timestamptz, :now::timestamptz, end_outcome,
+           end_error, end_response FROM ended)
+SELECT queue, id FROM ended
+
 -- name: requeue
 -- Step 3, retries: back to queued with a new run_at (and data, if the strategy
 -- changed it; NULL: unchanged), the try recorded under its correlation key, the

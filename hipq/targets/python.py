@@ -44,6 +44,8 @@ def bounded_traceback(exc: BaseException) -> str:
 
 
 class PythonTarget:
+    runs_in_process = True  # its tries may run within their tick (hipq.engine.inline)
+
     def __init__(self, config: PythonTargetConfig) -> None:
         fn = load_object(config.function)
         if not callable(fn):

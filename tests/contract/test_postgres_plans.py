@@ -218,3 +218,29 @@ async def test_past_tries_are_found_by_key_through_an_index(store: Store,
     assert {"ix_job_attempts_key", "ix_archived_jobs_correlation_key"} <= used, shown
     found = await store.archived_by_attempt_keys([jobs[1].correlation_key or ""])
     assert found == {jobs[1].correlation_key: ("q", "h1")}
+
+
+@pytest.mark.parametrize("name", ["archive_ran", "claim"])
+async def test_a_claim_finds_each_job_by_its_key(store: Store, clock: FakeClock,
+                                                 name: str) -> None:
+    """Step 4's claim and the end of a try that ran within its tick look each job up
+    by (queue, id): never through a due index probed by the queue alone (a match of
+    ``status = 'queued'`` makes the planner pick one on a fresh table: a scan of the
+    whole backlog per job; the first in-tick runs spent 50 us a job there)."""
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    await store.job_insert_many([make_job(clock, f"b{i:04d}") for i in range(600)])
+    if name == "claim":
+        values: dict[str, Any] = {"queue": "q", "ids": ["b0001", "b0002"], "now": clock.now(),
+                                  "owner": OWNER, "heartbeat_seconds": None}
+    else:
+        ends = [["q", f"b{i:04d}", 1, "succeeded", None, None, "succeeded", None]
+                for i in (1, 2)]
+        values = {"ends": json.dumps(ends), "owner": OWNER, "now": clock.now(),
+                  "heartbeat_seconds": None}
+    plan = await generic_plan(store, name, **values)
+    shown = json.dumps(plan, indent=1)
+    probes = [n for n in nodes(plan) if n.get("Relation Name") == "jobs"
+              and n["Node Type"] in ("Index Scan", "Index Only Scan")]
+    assert probes, shown
+    assert {n.get("Index Name") for n in probes} == {"jobs_pkey"}, shown

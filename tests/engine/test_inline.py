@@ -1,0 +1,223 @@
+"""Tries of an in-process target that end within their tick (hipq.engine.inline):
+claimed and ended in one statement; anything else goes the usual way, with nothing
+lost, launched twice or left behind in the batch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hipq.config import ReconcileConfig
+from hipq.engine import Reconciler
+from hipq.jobs import Job, JobState
+from hipq.service import Hipq
+from hipq.store import Store
+from hipq.targets import ACCEPTED, Completed, LaunchOutcome, Targets
+from hipq.testing import FakeClock, MemoryTarget
+from tests.engine._helpers import enqueue, history, job, queue, respond, tick
+
+
+class InProcess(MemoryTarget):
+    """A memory target that runs in process, as the Python target does."""
+
+    runs_in_process = True
+
+
+def reconciler_for(store: Store, clock: FakeClock, target: MemoryTarget,
+                   **config: Any) -> Reconciler:
+    return Reconciler(store, clock=clock, owner="o1", targets=Targets(memory={"t": target}),
+                      config=ReconcileConfig(**config))
+
+
+def succeeded(job: Job) -> LaunchOutcome:
+    return Completed(status="succeeded", result={"echo": job.id, "attempt": job.attempt})
+
+
+async def test_a_success_is_archived_in_the_tick_that_fetched_it(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    target = InProcess(succeeded)
+    reconciler = reconciler_for(store, clock, target)
+    await hipq.create_queue(queue())
+    for i in range(5):
+        await enqueue(hipq, f"j{i}", data={"i": i})
+
+    result = await tick(reconciler)
+
+    assert (result.launched, result.finished, result.ran_inline) == (5, 5, 5)
+    assert len(result.ended) == 5
+    assert target.ids() == [f"j{i}" for i in range(5)]
+    for i in range(5):
+        ended = await job(hipq, f"j{i}")
+        assert ended.status is JobState.SUCCEEDED
+        assert ended.result == {"echo": f"j{i}", "attempt": 1}
+        assert (ended.attempt, ended.owner, ended.launch_confirmed) == (1, "o1", True)
+        assert ended.correlation_key == f"~{ended.token}.1"
+        [try_] = await history(hipq, f"j{i}")
+        assert (try_.attempt, try_.outcome) == (1, "succeeded")
+    assert len(reconciler.batch) == 0
+    assert not reconciler.launcher.busy("q")
+    assert (await tick(reconciler)).launched == 0  # nothing runs twice
+
+
+async def test_the_function_sees_the_try(hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """The job a function gets is the try as claimed: attempt, key, deadline, owner."""
+    seen: list[Job] = []
+
+    def record(job: Job) -> LaunchOutcome:
+        seen.append(job)
+        return succeeded(job)
+
+    reconciler = reconciler_for(store, clock, InProcess(record))
+    await hipq.create_queue(queue(timeout_seconds=120))
+    await enqueue(hipq, "a")
+    await tick(reconciler)
+    [try_] = seen
+    stored = await job(hipq, "a")
+    assert try_.status is JobState.RUNNING
+    assert (try_.attempt, try_.correlation_key, try_.deadline, try_.launched_at) == (
+        stored.attempt, stored.correlation_key, stored.deadline, stored.launched_at)
+    assert try_.deadline == clock.now() + (stored.deadline - stored.launched_at)
+
+
+async def test_a_failed_try_is_claimed_and_retried_the_usual_way(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    target = InProcess(lambda job: Completed(status="failed", error={"why": "no"},
+                                             retryable=True))
+    reconciler = reconciler_for(store, clock, target)
+    await hipq.create_queue(queue(attempts=3, retry={"strategy": "fixed", "delay_seconds": 10}))
+    await enqueue(hipq, "a")
+
+    first = await tick(reconciler)
+    assert (first.launched, first.ran_inline) == (1, 0)
+    running = await job(hipq, "a")
+    assert (running.status, running.attempt) == (JobState.RUNNING, 1)
+
+    second = await tick(reconciler)  # the answer, applied from the launcher
+    assert second.retried == 1
+    again = await job(hipq, "a")
+    assert (again.status, again.attempt) == (JobState.QUEUED, 1)
+    assert (again.run_at - clock.now()).total_seconds() == 10
+    [try_] = await history(hipq, "a")
+    assert try_.outcome == "response_failed"
+    assert target.ids() == ["a"]
+    assert not reconciler.launcher.busy("q")
+
+
+async def test_an_accepted_try_waits_for_its_response(hipq: Hipq, store: Store,
+                                                      clock: FakeClock) -> None:
+    reconciler = reconciler_for(store, clock, InProcess(lambda job: ACCEPTED))
+    await hipq.create_queue(queue())
+    await enqueue(hipq, "a")
+    await tick(reconciler)
+    running = await job(hipq, "a")
+    assert running.status is JobState.RUNNING
+    assert running.launch_confirmed  # a new owner after a crash waits for the response
+    await respond(hipq, "a", status="succeeded", result={"late": True})
+    await tick(reconciler)
+    done = await job(hipq, "a")
+    assert (done.status, done.result) == (JobState.SUCCEEDED, {"late": True})
+
+
+async def test_a_function_still_running_at_the_end_of_the_wait_is_claimed(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    release = asyncio.Event()
+
+    async def slow(job: Job) -> LaunchOutcome:
+        await release.wait()
+        return succeeded(job)
+
+    target = InProcess(slow)
+    reconciler = reconciler_for(store, clock, target, inline_seconds=0.05)
+    await hipq.create_queue(queue())
+    await enqueue(hipq, "a")
+
+    result = await reconciler.run_once()
+    assert (result.launched, result.ran_inline) == (1, 0)
+    running = await job(hipq, "a")
+    assert (running.status, running.attempt) == (JobState.RUNNING, 1)
+    assert reconciler.launcher.busy("q")  # a handover waits for its answer
+
+    release.set()
+    await reconciler.drain()
+    assert (await tick(reconciler)).finished == 1
+    done = await job(hipq, "a")
+    assert (done.status, done.result) == (JobState.SUCCEEDED, {"echo": "a", "attempt": 1})
+    assert target.ids() == ["a"]
+    assert not reconciler.launcher.busy("q")
+
+
+async def test_a_job_cancelled_while_its_function_runs_stays_cancelled(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    async def cancelled_meanwhile(job: Job) -> LaunchOutcome:
+        await hipq.cancel(job.queue, job.id)
+        return succeeded(job)
+
+    reconciler = reconciler_for(store, clock, InProcess(cancelled_meanwhile))
+    await hipq.create_queue(queue())
+    await enqueue(hipq, "a")
+    result = await tick(reconciler)
+    assert result.ran_inline == 0
+    assert (await job(hipq, "a")).status is JobState.CANCELLED
+    assert await history(hipq, "a") == []
+    assert len(reconciler.batch) == 0
+
+
+@pytest.mark.parametrize("settings", [
+    {"delivery_strategy": "at_most_once"},
+    {"rate_limit": {"launches": 100, "per_seconds": 1}},
+    {"adaptive": {"min": 1}},
+])
+async def test_queues_that_must_see_each_launch_claim_first(
+        hipq: Hipq, store: Store, clock: FakeClock, settings: dict[str, Any]) -> None:
+    """An at-most-once queue never re-sends (so never runs before its claim), nor
+    does a queue whose launches count (rate limit) or tell the partner's word."""
+    statuses: list[JobState] = []
+
+    async def look(job: Job) -> LaunchOutcome:
+        stored = await store.job_get(job.queue, job.id)
+        assert stored is not None
+        statuses.append(stored.status)
+        return succeeded(job)
+
+    reconciler = reconciler_for(store, clock, InProcess(look))
+    await hipq.create_queue(queue(concurrency=10, **settings))
+    await enqueue(hipq, "a")
+    assert (await tick(reconciler)).ran_inline == 0
+    assert statuses == [JobState.RUNNING]
+    await tick(reconciler)
+    assert (await job(hipq, "a")).status is JobState.SUCCEEDED
+
+
+async def test_no_wait_means_the_usual_path(hipq: Hipq, store: Store,
+                                            clock: FakeClock) -> None:
+    reconciler = reconciler_for(store, clock, InProcess(succeeded), inline_seconds=0)
+    await hipq.create_queue(queue())
+    await enqueue(hipq, "a")
+    assert (await tick(reconciler)).ran_inline == 0
+    assert (await job(hipq, "a")).status is JobState.RUNNING
+    await tick(reconciler)
+    assert (await job(hipq, "a")).status is JobState.SUCCEEDED
+
+
+async def test_capacity_holds_across_in_tick_runs(hipq: Hipq, store: Store,
+                                                  clock: FakeClock) -> None:
+    running = 0
+    most = 0
+
+    async def counted(job: Job) -> LaunchOutcome:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0)  # let the others start
+        running -= 1
+        return succeeded(job)
+
+    reconciler = reconciler_for(store, clock, InProcess(counted))
+    await hipq.create_queue(queue(concurrency=2))
+    for i in range(5):
+        await enqueue(hipq, f"j{i}")
+    launched = [(await tick(reconciler)).ran_inline for _ in range(4)]
+    assert launched == [2, 2, 1, 0]
+    assert most == 2
