@@ -102,6 +102,8 @@ async def wait_archived(conn: asyncpg.Connection, queue: str, jobs: int,
 def target_config(target: str, url: str | None) -> dict[str, Any]:
     if target == "python":
         return {"kind": "python", "function": "bench_targets:done"}
+    if target == "python-in-tick":  # in-tick runs (docs/configuration.md, Python targets)
+        return {"kind": "python", "function": "bench_targets:done", "in_tick": True}
     return {"kind": "http", "url": f"{url}/launch/{{queue}}/{{id}}", "mode": target}
 
 

@@ -79,6 +79,10 @@ class PythonTarget(_Strict):
     kind: Literal["python"]
     function: PluginPath
     options: dict[str, Any] = Field(default_factory=dict)
+    # True: a try that ends within reconcile.in_tick_seconds is claimed and ended in
+    # one statement (hipq/engine/inline.py); a crash while it runs leaves its job
+    # queued, to run again as the same attempt
+    in_tick: bool = False
 
 
 def _http_url(url: str) -> str:
@@ -369,9 +373,9 @@ class ReconcileConfig(_Strict):
     # PostgreSQL: vacuum the jobs table after this many jobs moved through it
     # (claimed or ended) since the last time; 0 leaves it to autovacuum
     vacuum_every: int = Field(default=4000, ge=0)
-    # an in-process target's tries that end within this many seconds are claimed
-    # and ended in one statement (hipq/engine/inline.py); 0: never
-    inline_seconds: float = Field(default=0.02, ge=0, le=10)
+    # how long a tick waits for the tries of a Python target with ``in_tick: true``
+    # (hipq/engine/inline.py); 0: such tries are claimed first like any other
+    in_tick_seconds: float = Field(default=0.02, ge=0, le=10)
 
 
 class ResponsesConfig(_Strict):

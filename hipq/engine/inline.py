@@ -1,12 +1,11 @@
-"""In-tick runs: a try of an in-process target (the Python target) that ends within
-its tick is claimed and ended in one statement, with no ``running`` row in between.
+"""In-tick runs: a try of a Python target with ``in_tick: true`` that ends within its
+tick is claimed and ended in one statement, with no ``running`` row in between.
 
 Step 4 persists a new batch as running before step 5 launches it, so that after a
-crash the next owner knows what was sent. For a function that runs inside hipq
-that record buys little: the try's outcome is known as soon as the function
-returns, usually within milliseconds. So, for a queue whose target runs in process
-and that allows it (:func:`eligible`), step 4 runs the selected jobs first, waits
-at most ``reconcile.inline_seconds`` for them, and then:
+crash the next owner knows what was sent. For a function that runs inside hipq and
+returns within milliseconds, that record costs the database more than the rest of
+the job. So, for such a queue (:func:`eligible`), step 4 runs the selected jobs
+first, waits at most ``reconcile.in_tick_seconds`` for them, and then:
 
 - a try that succeeded is archived from ``queued`` in one statement
   (:meth:`~hipq.store.base.Store.job_archive_ran_many`), as if claimed and ended
@@ -18,12 +17,13 @@ at most ``reconcile.inline_seconds`` for them, and then:
   had happened after the claim; the jobs not started when the wait ended are
   claimed and launched the usual way.
 
-What changes for the job: while its function runs it is still ``queued`` in the
-database (for milliseconds). After a crash in that window the job is still
-queued and runs again, with the same attempt number: at-least-once, as an
-unconfirmed launch is (SPEC 7). Hence ``at_most_once`` queues never run inline,
-nor queues whose launches must be counted or watched as they happen (a rate
-limit, merging by ordering key, the partner's word: SPEC 15).
+What the queue gives up, and why it is opt-in: while its function runs the job is
+still ``queued`` in the database (for milliseconds). A crash in that window leaves
+it queued: it runs again as the same attempt, and the crash spends no attempt (a
+try claimed first would end as ``lost`` and count), so a job that kills the
+daemon every time it runs is never given up. ``at_most_once`` queues never run in
+their tick, nor queues whose launches must be counted or watched as they happen
+(a rate limit, merging by ordering key, the partner's word: SPEC 15).
 """
 
 from __future__ import annotations
@@ -36,33 +36,53 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hipq import tracing
-from hipq.engine.launcher import Launcher, LaunchResult, launch_one
+from hipq.engine.launcher import Launcher, LaunchResult, failed_launch, launch_one
 from hipq.frozen import evolver
-from hipq.jobs import Job, JobState
+from hipq.jobs import Job, JobState, json_copy
 from hipq.spec import QueueSpec
-from hipq.targets import Completed, Target
+from hipq.targets import Completed, LaunchOutcome, Target
 
-# a try of a queued job: the job as fetched, as step 4's claim would mark it
+# a try of a queued job: the job as fetched, as step 4's claim would mark it, with its
+# own copies of the JSON values (what Job.snapshot gives a function, in one copy)
 _try = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "launched_at",
-                     "owner", "launch_confirmed", "updated_at"))
+                     "owner", "launch_confirmed", "updated_at", "data", "result", "error",
+                     "time_windows"))
 
 
 def eligible(spec: QueueSpec, target: Target | None, *, listening: bool) -> bool:
     """Whether a queue's tries may run within their tick (see the module doc)."""
-    return (target is not None and getattr(target, "runs_in_process", False)
+    return (target is not None and getattr(target, "in_tick", False)
             and spec.delivery_strategy == "at_least_once" and spec.rate_limit is None
             and not spec.merge_by_ordering_key and not listening)
 
 
 def try_of(job: Job, *, now: datetime, owner: str, heartbeat_seconds: float | None) -> Job:
-    """The queued ``job`` as step 4 would claim it (see ``claim`` in postgres.sql)."""
+    """The queued ``job`` as step 4 would claim it (see ``claim`` in postgres.sql),
+    as a deep copy (:meth:`Job.snapshot`): the function may change it freely."""
     attempt = job.attempt + 1
     timeout = job.timeout_seconds
     if heartbeat_seconds is not None and timeout >= heartbeat_seconds:
         timeout = heartbeat_seconds
     key = job.correlation_key if job.correlation_fixed else f"~{job.token}.{attempt}"
+    result, error, windows = job.result, job.error, job.time_windows
     return _try(job, JobState.RUNNING, attempt, key, now + timedelta(seconds=timeout), now,
-                owner, False, now)
+                owner, False, now, json_copy(job.data),
+                None if result is None else json_copy(result),
+                None if error is None else json_copy(error),
+                None if windows is None else json_copy(windows))
+
+
+async def _launch(target: Target, job: Job) -> LaunchResult:
+    """:func:`launch_one` of a try that is its own copy (no second snapshot where the
+    target can take one as it is)."""
+    owned = getattr(target, "launch_owned", None)
+    if owned is None:
+        return await launch_one(target, job)
+    try:
+        outcome: LaunchOutcome = await owned(job)
+    except Exception as exc:
+        return failed_launch(job, exc)
+    return LaunchResult(job=job, outcome=outcome)
 
 
 def archivable(result: LaunchResult) -> bool:
@@ -100,10 +120,10 @@ class _Run:
             job = pending.popleft()
             self.started[job.id] = job
             if job.trace is None:
-                result = await launch_one(target, job)
+                result = await _launch(target, job)
             else:  # the try's trace context is current while it runs
                 with tracing.tracer().launching(job):
-                    result = await launch_one(target, job)
+                    result = await _launch(target, job)
             if self.open:
                 del self.started[job.id]
                 self.answered.append(result)

@@ -524,7 +524,7 @@ class Reconciler:
             ids = [i for i in selection.launch if (spec.id, i) not in requeued]
             if not ids:
                 continue
-            if self.config.inline_seconds > 0 and inline.eligible(
+            if self.config.in_tick_seconds > 0 and inline.eligible(
                     spec, selection.runtime.target, listening=self._listening(spec)):
                 ran, ids = await self._run_inline(selection, ids, now, counters)
                 launched.extend(ran)
@@ -563,7 +563,7 @@ class Reconciler:
         tries = [inline.try_of(selection.candidates[i], now=now, owner=self.owner,
                                heartbeat_seconds=heartbeat) for i in ids]
         run = await inline.run_inline(self.launcher, target, tries,
-                                      wait=self.config.inline_seconds,
+                                      wait=self.config.in_tick_seconds,
                                       concurrency=self.config.launch_concurrency)
         ends: list[Change] = []
         other: list[LaunchResult] = []

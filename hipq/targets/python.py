@@ -44,8 +44,6 @@ def bounded_traceback(exc: BaseException) -> str:
 
 
 class PythonTarget:
-    runs_in_process = True  # its tries may run within their tick (hipq.engine.inline)
-
     def __init__(self, config: PythonTargetConfig) -> None:
         fn = load_object(config.function)
         if not callable(fn):
@@ -53,9 +51,14 @@ class PythonTarget:
         self._fn: Callable[..., Any] = fn
         self._options = dict(config.options)
         self._is_async = inspect.iscoroutinefunction(fn)
+        self.in_tick = config.in_tick  # its tries may run within their tick (.inline)
 
     async def launch(self, job: Job) -> LaunchOutcome:
-        snapshot = job.snapshot()
+        return await self.launch_owned(job.snapshot())
+
+    async def launch_owned(self, snapshot: Job) -> LaunchOutcome:
+        """:meth:`launch`, for a job that is the caller's own copy, which the function
+        may scribble on (an in-tick run's try: hipq.engine.inline.try_of)."""
         try:
             if self._is_async:
                 value = await self._fn(snapshot, **self._options)

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from hipq.config import ReconcileConfig
+from hipq.config import QueueConfig, ReconcileConfig
 from hipq.engine import Reconciler
+from hipq.engine.inline import try_of
 from hipq.jobs import Job, JobState
 from hipq.service import Hipq
 from hipq.store import Store
@@ -22,7 +23,7 @@ from tests.engine._helpers import enqueue, history, job, queue, respond, tick
 class InProcess(MemoryTarget):
     """A memory target that runs in process, as the Python target does."""
 
-    runs_in_process = True
+    in_tick = True
 
 
 def reconciler_for(store: Store, clock: FakeClock, target: MemoryTarget,
@@ -129,7 +130,7 @@ async def test_a_function_still_running_at_the_end_of_the_wait_is_claimed(
         return succeeded(job)
 
     target = InProcess(slow)
-    reconciler = reconciler_for(store, clock, target, inline_seconds=0.05)
+    reconciler = reconciler_for(store, clock, target, in_tick_seconds=0.05)
     await hipq.create_queue(queue())
     await enqueue(hipq, "a")
 
@@ -192,7 +193,7 @@ async def test_queues_that_must_see_each_launch_claim_first(
 
 async def test_no_wait_means_the_usual_path(hipq: Hipq, store: Store,
                                             clock: FakeClock) -> None:
-    reconciler = reconciler_for(store, clock, InProcess(succeeded), inline_seconds=0)
+    reconciler = reconciler_for(store, clock, InProcess(succeeded), in_tick_seconds=0)
     await hipq.create_queue(queue())
     await enqueue(hipq, "a")
     assert (await tick(reconciler)).ran_inline == 0
@@ -221,3 +222,60 @@ async def test_capacity_holds_across_in_tick_runs(hipq: Hipq, store: Store,
     launched = [(await tick(reconciler)).ran_inline for _ in range(4)]
     assert launched == [2, 2, 1, 0]
     assert most == 2
+
+
+async def scribble_and_fail(job: Job) -> None:
+    """A Python target function that changes the job it got, then fails."""
+    job.data["n"] = "changed"
+    job.data.setdefault("added", []).append(1)
+    raise RuntimeError("no")
+
+
+async def scribble_and_succeed(job: Job) -> dict[str, Any]:
+    job.data["n"] = "changed"
+    return {"saw": job.attempt}
+
+
+@pytest.mark.parametrize("function", ["scribble_and_fail", "scribble_and_succeed"])
+async def test_a_function_changes_only_its_own_copy(hipq: Hipq, store: Store, clock: FakeClock,
+                                                    function: str) -> None:
+    """The Python target runs the try as its own deep copy (one copy, not two): what
+    the function does to it reaches neither the stored job nor its retry."""
+    reconciler = reconciler_for(store, clock, MemoryTarget())
+    await hipq.create_queue(QueueConfig(id="q", target={
+        "kind": "python", "function": f"tests.engine.test_inline:{function}", "in_tick": True},
+        attempts=3, retry={"strategy": "fixed", "delay_seconds": 1}))
+    await enqueue(hipq, "a", data={"n": 1})
+    await tick(reconciler)
+    await tick(reconciler)
+    stored = await job(hipq, "a")
+    assert stored.data == {"n": 1}
+    if function == "scribble_and_succeed":
+        assert (stored.status, stored.result) == (JobState.SUCCEEDED, {"saw": 1})
+    else:
+        assert (stored.status, stored.attempt) == (JobState.QUEUED, 1)
+
+
+def test_a_try_is_a_deep_copy_of_the_fetched_job(clock: FakeClock) -> None:
+    fetched = Job(id="a", queue="q", data={"n": [1, {"m": 2}]}, result={"r": [1]},
+                  error={"e": {"f": 1}}, time_windows=[{"start": "09:00", "end": "17:00"}],
+                  run_at=clock.now(), created_at=clock.now(), updated_at=clock.now(),
+                  token="tok", body_hash="h", timeout_seconds=60)
+    try_ = try_of(fetched, now=clock.now(), owner="o1", heartbeat_seconds=None)
+    for name in ("data", "result", "error", "time_windows"):
+        assert getattr(try_, name) == getattr(fetched, name)
+        assert getattr(try_, name) is not getattr(fetched, name)
+    try_.data["n"][1]["m"] = "changed"
+    assert fetched.data == {"n": [1, {"m": 2}]}
+
+
+async def test_a_python_target_claims_first_unless_it_opts_in(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    reconciler = reconciler_for(store, clock, MemoryTarget())
+    await hipq.create_queue(QueueConfig(id="q", target={
+        "kind": "python", "function": "tests.engine.test_inline:scribble_and_succeed"}))
+    await enqueue(hipq, "a", data={"n": 1})
+    assert (await tick(reconciler)).ran_inline == 0
+    assert (await job(hipq, "a")).status is JobState.RUNNING
+    await tick(reconciler)
+    assert (await job(hipq, "a")).status is JobState.SUCCEEDED
