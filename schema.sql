@@ -1,4 +1,4 @@
--- hipq schema version 9. Generated from hipq/store/schema.py
+-- hipq schema version 10. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -38,13 +38,11 @@ CREATE TABLE archived_jobs (
 	CONSTRAINT archived_jobs_pkey PRIMARY KEY (queue, id)
 );
 
-CREATE INDEX ix_archived_jobs_correlation_key ON archived_jobs (correlation_key);
-
 CREATE INDEX ix_archived_jobs_finished ON archived_jobs (finished_at, queue, id);
 
 CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id);
 
-CREATE INDEX ix_archived_jobs_status ON archived_jobs (status, finished_at);
+CREATE INDEX ix_archived_jobs_unsucceeded ON archived_jobs (status, finished_at, queue, id) WHERE status != 'succeeded';
 
 CREATE TABLE daemons (
 	owner TEXT NOT NULL, 

@@ -346,8 +346,9 @@ class Daemon:
         await self._driver.tick_now()
 
     async def _tick(self) -> bool:
-        """One reconcile pass, run by the driver; never raises. True when it launched
-        a full batch (more is due at once)."""
+        """One reconcile pass, run by the driver; never raises. True when more is due
+        at once: it launched a full batch, or tries ended within it (in-tick runs:
+        the capacity they took is free again, and no answer will wake the next)."""
         started = self.clock.monotonic()
         try:
             more = await self._ingest()
@@ -375,7 +376,8 @@ class Daemon:
                                         0.0))
             except Exception:  # never the driver's end: the periodic tick carries on
                 log.exception("could not schedule a tick", extra={"action": "tick_error"})
-        return result.launched >= self.settings.reconcile.fetch_limit
+        return (result.launched >= self.settings.reconcile.fetch_limit
+                or result.ran_inline > 0)
 
     async def _ingest(self) -> bool:
         """The intake's rows of the owned queues become jobs (SPEC 16), when a

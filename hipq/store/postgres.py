@@ -286,7 +286,9 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         name = "archived_page"
         if queue:
             name, values["queue"] = f"{name}_queue", queue
-        if status:
+        if status == JobState.SUCCEEDED.value and not queue:  # most rows: by finishing time
+            name = "archived_page_succeeded"
+        elif status:
             name, values["status"] = f"{name}_status", status
         return jobs_from_rows(await self._fetch(name, **values))
 

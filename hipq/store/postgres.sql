@@ -241,8 +241,17 @@ WHERE queue = :queue
 ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
 
 -- name: archived_page_status
+-- One status other than succeeded: the partial index of those, in page order.
 SELECT * FROM archived_jobs
-WHERE status = :status
+WHERE status = :status AND status <> 'succeeded'
+  AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
+                                  COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
+ORDER BY status DESC, finished_at DESC, queue DESC, id DESC LIMIT :limit
+
+-- name: archived_page_succeeded
+-- Succeeded jobs (most of the archive): by finishing time, skipping the others.
+SELECT * FROM archived_jobs
+WHERE status = 'succeeded'
   AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
                                   COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
 ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
@@ -737,14 +746,11 @@ ORDER BY received_at DESC, id DESC LIMIT :limit
 SELECT outcome, count(*) AS n FROM response_inbox GROUP BY outcome
 
 -- name: attempt_keys
--- (queue, job id) of past tries and archived jobs by correlation key; the archive's
--- rows come last (a caller keeping the last row per key prefers them).
-SELECT correlation_key, queue, job_id, 0 AS archived FROM job_attempts
+-- (queue, job id) of the latest past try of each correlation key (every try is
+-- recorded there, an archived job's last one too).
+SELECT DISTINCT ON (correlation_key) correlation_key, queue, job_id FROM job_attempts
 WHERE correlation_key = ANY(:keys::text[])
-UNION ALL
-SELECT correlation_key, queue, id, 1 FROM archived_jobs
-WHERE correlation_key = ANY(:keys)
-ORDER BY archived
+ORDER BY correlation_key, id DESC
 
 -- name: late_tries
 -- The latest try of each correlation key (for late responses without an attempt).

@@ -214,15 +214,11 @@ class SQLiteReads(StoreBase):
     async def archived_by_attempt_keys(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
         if not keys:
             return {}
-        a, t = s.job_attempts, s.archived_jobs
-        async with self._tx() as conn:
-            found = {r.correlation_key: (r.queue, r.job_id) for r in await conn.execute(
+        a = s.job_attempts
+        async with self._tx() as conn:  # the latest try of each key wins (ordered by id)
+            return {r.correlation_key: (r.queue, r.job_id) for r in await conn.execute(
                 sa.select(a.c.correlation_key, a.c.queue, a.c.job_id)
-                .where(a.c.correlation_key.in_(list(keys))))}
-            found.update({r.correlation_key: (r.queue, r.id) for r in await conn.execute(
-                sa.select(t.c.correlation_key, t.c.queue, t.c.id)
-                .where(t.c.correlation_key.in_(list(keys))))})
-        return found
+                .where(a.c.correlation_key.in_(list(keys))).order_by(a.c.id))}
 
     # -- leases and stats -------------------------------------------------------------
 

@@ -121,8 +121,10 @@ sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs
          archived_jobs.c.id)
 sa.Index("ix_archived_jobs_queue_finished", archived_jobs.c.queue, archived_jobs.c.finished_at,
          archived_jobs.c.id)
-sa.Index("ix_archived_jobs_status", archived_jobs.c.status, archived_jobs.c.finished_at)
-sa.Index("ix_archived_jobs_correlation_key", archived_jobs.c.correlation_key)
+_unsucceeded = archived_jobs.c.status != "succeeded"  # version 10
+sa.Index("ix_archived_jobs_unsucceeded", archived_jobs.c.status, archived_jobs.c.finished_at,
+         archived_jobs.c.queue, archived_jobs.c.id, postgresql_where=_unsucceeded,
+         sqlite_where=_unsucceeded)
 
 job_attempts = sa.Table(
     "job_attempts", metadata,

@@ -173,8 +173,8 @@ async def test_a_due_fetch_reads_its_partial_index_in_order(
 PAGES = [  # (block, values, the indexes it may read, whether the index gives the order)
     ("archived_page", {}, {"ix_archived_jobs_finished"}, True),
     ("archived_page_queue", {"queue": "q"}, {"ix_archived_jobs_queue_finished"}, True),
-    ("archived_page_status", {"status": "succeeded"},
-     {"ix_archived_jobs_status", "ix_archived_jobs_finished"}, False),
+    ("archived_page_status", {"status": "failed"}, {"ix_archived_jobs_unsucceeded"}, True),
+    ("archived_page_succeeded", {}, {"ix_archived_jobs_finished"}, True),
     ("live_queued_time_page", {"queue": "q"}, {"ix_jobs_due_time"}, True),
     ("live_queued_priority_page", {"queue": "q"}, {"ix_jobs_due_priority"}, True),
     ("running_page", {"queue": "q"}, {"jobs_pkey"}, True),
@@ -215,7 +215,7 @@ async def test_past_tries_are_found_by_key_through_an_index(store: Store,
     shown = json.dumps(plan, indent=1)
     assert not [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"], shown
     used = {n.get("Index Name") for n in nodes(plan)}
-    assert {"ix_job_attempts_key", "ix_archived_jobs_correlation_key"} <= used, shown
+    assert "ix_job_attempts_key" in used, shown
     found = await store.archived_by_attempt_keys([jobs[1].correlation_key or ""])
     assert found == {jobs[1].correlation_key: ("q", "h1")}
 
