@@ -11,11 +11,12 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from operator import attrgetter
 from typing import Any
 
-from hipq.store.columns import JSON_JOB_COLUMNS
+from hipq.store.columns import JOB_COLUMN_SPECS, JSON_JOB_COLUMNS, TRACE
 from hipq.store.rows import JOB_COLUMNS
 
 # ":name" (not the second colon of a "::type" cast, nor inside a word)
@@ -93,7 +94,7 @@ def insert_jobs_values(jobs: Sequence[Any]) -> dict[str, Any]:
         if name in _JSON_COLUMNS:
             each = [None if v is None else _dumps(v) for v in each]
         if name == "id":
-            values["id_each"] = each
+            values["id"], values["id_each"] = None, each
             continue
         first = each[0]
         if each.count(first) == len(each):
@@ -101,3 +102,48 @@ def insert_jobs_values(jobs: Sequence[Any]) -> dict[str, Any]:
         else:
             values[name], values[f"{name}_each"] = None, each
     return values
+
+
+# -- new jobs: one INSERT per shape of batch ---------------------------------------------
+
+_SQL_TYPES = {"text": "text", "json": "text", "time": "timestamptz", "int": "int4",
+              "bool": "bool", "float": "float8"}
+_TYPES = {c.name: _SQL_TYPES[c.kind] for c in (*JOB_COLUMN_SPECS, TRACE)}
+
+
+@lru_cache(maxsize=64)
+def insert_jobs_statement(per_row: tuple[str, ...], *, guarded: bool) -> Statement:
+    """The INSERT of new jobs whose columns ``per_row`` come one value per job (an
+    array each, unnested) and every other column one value for the whole batch
+    (a parameter of its own). A batch of the usual shape sends four arrays, not 31
+    of which 27 are NULL and COALESCEd row by row. An id already archived is not
+    inserted (the NOT EXISTS: the caller answers it as a repeat). ``guarded``: with
+    ON CONFLICT DO NOTHING (live ids and keys in use are left out); without it,
+    such a row fails the statement (a fifth cheaper for the database when there is
+    none), which the caller then runs guarded. Ids always come per row."""
+    assert "id" in per_row
+    names = list(_TYPES)
+    values = []
+    for name in names:
+        kind = _TYPES[name]
+        value = f"u.{name}" if name in per_row else f":{name}::{kind}"
+        values.append(f"{value}::jsonb" if name in JSON_JOB_COLUMNS else value)
+    arrays = ", ".join(f":{name}_each::{_TYPES[name]}[]" for name in per_row)
+    queue = "u.queue" if "queue" in per_row else ":queue::text"
+    text = (f"INSERT INTO jobs ({', '.join(names)})\n"
+            f"SELECT {', '.join(values)}\n"
+            f"FROM unnest({arrays}) AS u({', '.join(per_row)})\n"
+            f"WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a WHERE a.queue = {queue} "
+            f"AND a.id = u.id)\n"
+            f"{'ON CONFLICT DO NOTHING ' if guarded else ''}RETURNING queue, id")
+    return Statement.parse("insert_jobs_guarded" if guarded else "insert_jobs", text)
+
+
+def insert_jobs_call(jobs: Sequence[Any], *, guarded: bool) -> tuple[str, list[Any]]:
+    """The statement and arguments that insert these jobs (:func:`insert_jobs_values`
+    decides which columns go per row)."""
+    values = insert_jobs_values(jobs)
+    per_row = tuple(n for n in JOB_COLUMNS if values[f"{n}_each"] is not None)
+    statement = insert_jobs_statement(per_row, guarded=guarded)
+    args = {p: values[p] for p in statement.params}
+    return statement.sql, statement.args(**args)

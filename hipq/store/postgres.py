@@ -39,7 +39,7 @@ from hipq.store.due import DueShape
 from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
 from hipq.store.listing import listed_response
 from hipq.store.pg_connections import PgConnections
-from hipq.store.pgsql import SQL, insert_jobs_values, to_json
+from hipq.store.pgsql import SQL, insert_jobs_call, to_json
 from hipq.store.postgres_intake import IntakeStatements
 from hipq.store.postgres_partner import PartnerStatements
 from hipq.store.records import (
@@ -213,11 +213,12 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         job is the rare case; it fails the statement, which then runs guarded); an
         id already archived is not inserted (it is answered as a repeat of the
         archived job). When every row went in, nothing is looked up."""
-        values = insert_jobs_values(unique)
+        sql, args = insert_jobs_call(unique, guarded=False)
         try:
-            rows = await _fetch(db, "insert_jobs", **values)
+            rows = await db.fetch(sql, *args)
         except asyncpg.UniqueViolationError:
-            rows = await _fetch(db, "insert_jobs_guarded", **values)
+            sql, args = insert_jobs_call(unique, guarded=True)
+            rows = await db.fetch(sql, *args)
         if len(rows) == len(unique):  # the common case: no lookups, no per-row checks
             created = InsertStatus.CREATED
             return {(job.queue, job.id): InsertOutcome(id=job.id, status=created, job=job)

@@ -12,7 +12,14 @@ import pytest
 from hipq.jobs import Job
 from hipq.store import ChangeKind, Store, postgres
 from hipq.store import schema as s
-from hipq.store.pgsql import SQL, Statement, insert_jobs_values, load
+from hipq.store.pgsql import (
+    SQL,
+    Statement,
+    insert_jobs_call,
+    insert_jobs_statement,
+    insert_jobs_values,
+    load,
+)
 from hipq.store.rows import JOB_COLUMNS
 from hipq.testing import FakeClock
 
@@ -40,13 +47,13 @@ def test_blocks_run_to_the_next_name_and_drop_comment_lines() -> None:
 
 def test_every_statement_is_loaded_with_numbered_parameters() -> None:
     assert {"claim", "confirm", "archive", "requeue", "extend", "inbox_insert", "inbox_mark",
-            "launch_events", "insert_jobs", "due_time", "queue_upsert", "prune"} <= set(SQL)
+            "launch_events", "archive_ran", "due_time", "queue_upsert", "prune"} <= set(SQL)
     for statement in SQL.values():
         assert not re.search(r"(?<![:\w]):[A-Za-z_]", statement.sql), statement.name
         assert "--" not in statement.sql, statement.name
 
 
-ARCHIVING = ["archive", "archive_queued", "expire"]
+ARCHIVING = ["archive", "archive_ran", "archive_queued", "expire"]
 
 
 @pytest.mark.parametrize("name", ARCHIVING)
@@ -56,19 +63,39 @@ def test_every_archiving_statement_copies_every_column(name: str) -> None:
     assert {c.strip() for c in insert[1].split(",")} == {c.name for c in s.archived_jobs.columns}
 
 
-def test_inserting_jobs_names_every_column_once_or_per_job() -> None:
-    insert = re.search(r"INSERT INTO jobs \(([^)]*)\)", SQL["insert_jobs"].sql)
+SHAPES = [("id",), ("id", "token", "data", "body_hash"), tuple(JOB_COLUMNS)]
+
+
+@pytest.mark.parametrize("per_row", SHAPES)
+def test_inserting_jobs_names_every_column_once_or_per_job(per_row: tuple[str, ...]) -> None:
+    statement = insert_jobs_statement(per_row, guarded=False)
+    insert = re.search(r"INSERT INTO jobs \(([^)]*)\)", statement.sql)
     assert insert is not None
     assert [c.strip() for c in insert[1].split(",")] == JOB_COLUMNS
-    expected = {f"{c}_each" for c in JOB_COLUMNS} | (set(JOB_COLUMNS) - {"id"})
-    assert set(SQL["insert_jobs"].params) == expected
+    expected = {f"{c}_each" for c in per_row} | (set(JOB_COLUMNS) - set(per_row))
+    assert set(statement.params) == expected
 
 
-def test_the_guarded_insert_differs_only_by_on_conflict() -> None:
-    plain, guarded = SQL["insert_jobs"].sql, SQL["insert_jobs_guarded"].sql
+@pytest.mark.parametrize("per_row", SHAPES)
+def test_the_guarded_insert_differs_only_by_on_conflict(per_row: tuple[str, ...]) -> None:
+    plain = insert_jobs_statement(per_row, guarded=False)
+    guarded = insert_jobs_statement(per_row, guarded=True)
     returning = "RETURNING queue, id"
-    assert guarded == plain.replace(returning, f"ON CONFLICT DO NOTHING {returning}")
-    assert SQL["insert_jobs"].params == SQL["insert_jobs_guarded"].params
+    assert guarded.sql == plain.sql.replace(returning, f"ON CONFLICT DO NOTHING {returning}")
+    assert plain.params == guarded.params
+
+
+async def test_every_shape_of_insert_prepares(store: Store) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("PostgreSQL's statements")
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        for per_row in SHAPES:
+            for guarded in (False, True):
+                statement = insert_jobs_statement(per_row, guarded=guarded)
+                prepared = await raw.prepare(statement.sql)
+                assert len(prepared.get_parameters()) == len(statement.params)
 
 
 def test_a_column_the_batch_shares_travels_once() -> None:
@@ -77,7 +104,10 @@ def test_a_column_the_batch_shares_travels_once() -> None:
     jobs = [Job(id=f"j{i}", queue="q", run_at=now, created_at=now, updated_at=now,
                 token=f"t{i}", body_hash="h", data={"n": 1}) for i in range(3)]
     values = insert_jobs_values(jobs)
-    assert SQL["insert_jobs"].args(**values)  # every parameter, and only those
+    sql, args = insert_jobs_call(jobs, guarded=False)
+    assert "FROM unnest($30::text[], $31::text[]) AS u(id, token)" in sql  # 2 arrays
+    assert args[-2:] == [["j0", "j1", "j2"], ["t0", "t1", "t2"]]
+    assert '{"n": 1}' in args  # the shared data: once
     assert (values["queue"], values["queue_each"]) == ("q", None)
     assert (values["data"], values["data_each"]) == ('{"n": 1}', None)
     assert (values["token"], values["token_each"]) == (None, ["t0", "t1", "t2"])
