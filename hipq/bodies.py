@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
+from hipq import json_text
 from hipq.config import TimeWindow, known_timezone
 from hipq.jobs import DEFAULT_PRIORITY
 from hipq.tracing import (
@@ -107,7 +108,7 @@ class EnqueueRequest(BaseModel):
             # canonical text is the defaults' with ``data`` spliced in, the same
             # text the general path makes (which converts what JSON cannot hold).
             try:
-                data = _PLAIN.encode(self.data)
+                data = _PLAIN(self.data)
             except ValueError:  # NaN or infinity: the general path turns them to null
                 pass
             else:
@@ -129,8 +130,8 @@ class BatchItem(EnqueueRequest):
 _NOT_HASHED = {"id", "traceparent", "tracestate"}
 _DATA_ONLY = frozenset({"id", "data", "traceparent", "tracestate"})
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-_PLAIN = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
+_PLAIN = json_text.encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           allow_nan=False)
 _MARK = "\x00data\x00"  # where ``data`` goes in the canonical text of the defaults
 _HEAD, _TAIL = EnqueueRequest.model_construct()._canonical().replace(
     '"data":{}', f'"data":{_MARK}', 1).split(_MARK)

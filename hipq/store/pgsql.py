@@ -7,7 +7,6 @@ positions once at load time, so no call site counts positions.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from importlib import resources
 from operator import attrgetter
 from typing import Any
 
+from hipq import json_text
 from hipq.store.columns import JOB_COLUMN_SPECS, JSON_JOB_COLUMNS, TRACE
 from hipq.store.rows import JOB_COLUMNS
 
@@ -74,10 +74,10 @@ SQL = load(resources.files("hipq.store").joinpath("postgres.sql").read_text("utf
 
 
 def to_json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else _dumps(value)
 
 
-_dumps = json.dumps
+_dumps = json_text.dumps  # json.dumps, its C encoder built once
 _JSON_COLUMNS = JSON_JOB_COLUMNS
 _ROW_OF_JOB = attrgetter(*JOB_COLUMNS)  # a job's column values, in one call
 

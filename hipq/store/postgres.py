@@ -18,7 +18,6 @@ trips), several in one asyncpg transaction.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
+from hipq import json_text
 from hipq.config import QueueConfig
 from hipq.errors import StoreError, TransientStoreError
 from hipq.frozen import evolver
@@ -77,7 +77,7 @@ _claimed = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "la
                          "owner", "launch_confirmed", "updated_at"))
 _END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "outcome",
                      "response")
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_ENCODE = json_text.encoder(separators=(",", ":"))
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
 SKIPPED_ROUNDS = 2  # step 3: changes sent again after a concurrent update skipped them
 _INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
