@@ -279,3 +279,23 @@ async def test_a_python_target_claims_first_unless_it_opts_in(
     assert (await job(hipq, "a")).status is JobState.RUNNING
     await tick(reconciler)
     assert (await job(hipq, "a")).status is JobState.SUCCEEDED
+
+
+async def test_a_large_tick_ends_its_tries_in_several_statements(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """Ends of a tick go in statements of IN_TICK_ARCHIVE_CHUNK, side by side: each
+    applies on its own, none is lost or applied twice."""
+    from hipq.bodies import BatchItem
+    from hipq.engine.reconciler import IN_TICK_ARCHIVE_CHUNK
+
+    count = 2 * IN_TICK_ARCHIVE_CHUNK + 7
+    reconciler = reconciler_for(store, clock, InProcess(succeeded))
+    await hipq.create_queue(queue())
+    await hipq.enqueue_many("q", [(f"j{i:05d}", BatchItem(id=f"j{i:05d}", data={"i": i}))
+                                  for i in range(count)])
+    result = await tick(reconciler)
+    assert (result.ran_inline, result.finished) == (count, count)
+    assert len({c.id for c in result.ended}) == count
+    assert (await tick(reconciler)).launched == 0
+    for i in (0, IN_TICK_ARCHIVE_CHUNK, count - 1):
+        assert (await job(hipq, f"j{i:05d}")).status is JobState.SUCCEEDED
