@@ -184,6 +184,12 @@ def _plain_types(schema: Any) -> frozenset[type] | None:
     if kind == "object" and "properties" not in schema and schema.get(
             "additionalProperties", True) is True and not schema.get("allOf"):
         return frozenset({dict})
+    items = schema.get("items", {})
+    if kind == "array" and (items == {} or _plain_types(items) == _ANY_JSON) and not {
+            "prefixItems", "contains", "$ref", "allOf"} & set(schema):
+        # items of any JSON value (a batch's envelope: each item is checked on its
+        # own later); the array's size is the model's to check
+        return frozenset({list})
     if isinstance(kind, str) and kind in _PLAIN_TYPES and not {"$ref", "allOf"} & set(schema):
         return frozenset({_PLAIN_TYPES[kind]})
     return None

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from hipq.api.json_types import _model_checker, type_problem
+from hipq.api.models import BatchEnvelope
 from hipq.bodies import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
 
@@ -18,7 +19,7 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
     max_leaves=6)
-names = st.sampled_from(["id", "data", "priority", "critical", "weight", "run_after",
+names = st.sampled_from(["jobs", "id", "data", "priority", "critical", "weight", "run_after",
                          "timezone", "time_windows", "correlation_key", "concurrency",
                          "paused", "target", "unknown", "status", "attempt", "result",
                          "error", "retryable", "extend_seconds"])
@@ -34,7 +35,7 @@ def _whole_walk(value: Any, model: type[BaseModel]) -> Any:
 @settings(max_examples=400, deadline=None)
 @given(body=bodies)
 def test_the_shortcut_agrees_with_the_whole_walk(body: dict[str, Any]) -> None:
-    for model in (BatchItem, EnqueueRequest, QueueConfig, ResponseRequest):
+    for model in (BatchItem, EnqueueRequest, QueueConfig, ResponseRequest, BatchEnvelope):
         assert (type_problem(body, model) is None) == (_whole_walk(body, model) is None)
 
 
@@ -59,3 +60,13 @@ def test_a_usual_response_takes_the_shortcut_and_a_wrong_status_does_not() -> No
     assert type_problem({"status": 1}, ResponseRequest) == (
         ["status"], "Input should be of JSON type string")
     assert type_problem({"retryable": 0}, ResponseRequest) is not None
+
+
+def test_a_batch_envelope_takes_the_shortcut() -> None:
+    """Its items are any JSON (each is checked on its own afterwards): the envelope is
+    judged by ``jobs`` being an array, not by a walk of every item's data."""
+    items = [{"id": f"j{i}", "data": {"n": [i, {"deep": None}]}} for i in range(3)]
+    assert type_problem({"jobs": items}, BatchEnvelope) is None
+    assert type_problem({"jobs": [1, "x", None]}, BatchEnvelope) is None
+    assert type_problem({"jobs": {"a": 1}}, BatchEnvelope) == (
+        ["jobs"], "Input should be of JSON type array")
