@@ -6,7 +6,9 @@ timestamp its own object, as a database driver decodes them:
 and a tick's deadline check runs (where a try that still waits lets its job go).
 What stays allocated once the jobs as read are gone, divided by N, is the figure;
 the daemon's RSS with 100,000 running jobs is its baseline plus about N times this
-(``bench/run --only idle``).
+(``bench/run --only idle``). The tokens are 32 hex digits, as hipq makes them: a batch
+of :data:`~hipq.engine.batch.COMPACT_TOKENS_FROM` tries or more keeps a waiting try's
+token as a number (``--jobs 9000`` shows a batch below that).
 
     python bench/batch_memory.py [--jobs 100000]
 

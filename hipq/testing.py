@@ -85,7 +85,7 @@ def claimed_jobs(n: int, *, queue: str = "q", at: datetime | None = None) -> lis
     jobs = []
     for i in range(n):
         launched = start + timedelta(microseconds=i % 1000)  # claims of a few ticks
-        token = secrets.token_urlsafe(16)
+        token = secrets.token_hex(16)  # 32 hex digits, as hipq makes tokens
         jobs.append(Job(
             id=f"job-{i:08d}", queue=fresh(queue), data={"n": i, "region": fresh("eu")},
             status=JobState.RUNNING, run_at=start - timedelta(seconds=i % 97),
