@@ -41,7 +41,7 @@ from hipq.responses.signing import load_signer
 from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
 from hipq.schedules import Schedules, open_schedules
 from hipq.service import Hipq
-from hipq.store import Store, open_store
+from hipq.store import InboxRow, Store, open_store
 from hipq.store.notify import INTAKE, MEMBERS, WAKE, Notifier
 from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
@@ -152,7 +152,8 @@ class Daemon:
             await store.check_schema()
         service = Hipq(store, clock=self.clock, on_work=self._work_arrived,
                        on_enqueued=self.metrics.enqueued_jobs,
-                       on_response=self._responses_arrived, live_try=self._live_try)
+                       on_response=self._responses_arrived,
+                       on_written=self._responses_written, live_try=self._live_try)
         for queue in self.settings.queues:
             await service.create_queue(queue)
         signer = await load_signer(store, self.settings.signing_key)
@@ -167,7 +168,8 @@ class Daemon:
             producer = KafkaProducer(self.settings.kafka, clock=self.clock)
             self._stack.push_async_callback(producer.close)
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
-                                             on_work=self._responses_and_work)
+                                             on_work=self._work_arrived,
+                                             on_written=self._responses_written)
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
@@ -319,9 +321,10 @@ class Daemon:
         if self._opened is not None:
             self._opened.reconciler.inbox.arrived()
 
-    def _responses_and_work(self) -> None:
-        self._responses_arrived()
-        self._work_arrived()
+    def _responses_written(self, rows: list[InboxRow]) -> None:
+        """Responses this process wrote: applied at the next tick without a read."""
+        if self._opened is not None:
+            self._opened.reconciler.inbox.wrote(rows)
 
     def _work_arrived(self) -> None:
         """An enqueue or a response reached this daemon: its queue may be ours or

@@ -46,6 +46,7 @@ from hipq.responses.batcher import Batcher
 from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
 from hipq.store import (
+    InboxRow,
     InsertOutcome,
     InsertStatus,
     JobHistory,
@@ -55,6 +56,7 @@ from hipq.store import (
     Response,
     Store,
 )
+from hipq.store.records import written_rows
 from hipq.targets.http import HttpTarget
 from hipq.throttling import field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
@@ -73,10 +75,14 @@ class Hipq:
                  on_work: Callable[[], None] | None = None,
                  on_enqueued: Callable[[str, int], None] | None = None,
                  on_response: Callable[[], None] | None = None,
+                 on_written: Callable[[list[InboxRow]], None] | None = None,
                  live_try: Callable[[str], tuple[str, int] | None] | None = None) -> None:
         self.store = store
         self.on_enqueued = on_enqueued  # (queue, jobs created): metrics
         self.on_response = on_response  # a response was written to the inbox
+        # the inbox rows reported responses became, once committed (a daemon applies
+        # them without reading them back); on_response is then not called for them
+        self.on_written = on_written
         self.clock = clock or SystemClock()
         self.on_work = on_work
         # correlation key -> (token, attempt) of the running try that holds it, as a
@@ -90,7 +96,11 @@ class Hipq:
         self._keys: Batcher[str, Job | None] = Batcher(self._lookup_keys)
 
     async def _insert_responses(self, responses: list[Response]) -> list[int | None]:
-        return await self.store.inbox_insert_many(responses, now=self.clock.now())
+        now = self.clock.now()
+        ids = await self.store.inbox_insert_many(responses, now=now)
+        if self.on_written is not None:
+            self.on_written(written_rows(responses, ids, now))
+        return ids
 
     async def _lookup_keys(self, keys: list[str]) -> list[Job | None]:
         found = await self.store.job_keys_lookup(keys)
@@ -323,18 +333,20 @@ class Hipq:
 
     async def report_response(self, correlation_key: str, response: ResponseRequest, *,
                               source: str = "api", dedup_key: str | None = None,
-                              token: str | None = None) -> int | None:
+                              token: str | None = None,
+                              attempt: int | None = None) -> int | None:
         """Write a response durably into the inbox (applied at the next tick).
         Returns the inbox row id, or None if ``dedup_key`` was seen before.
         Concurrent calls share one INSERT (group commit); each returns only once
-        its own row is committed."""
+        its own row is committed. ``attempt``, if given, stands for the response's."""
         row_id = await self._inbox.submit(
-            Response(correlation_key=correlation_key, attempt=response.attempt,
+            Response(correlation_key=correlation_key,
+                     attempt=response.attempt if attempt is None else attempt,
                      status=response.status, retryable=response.retryable,
                      result=response.result, error=response.error,
                      extend_seconds=response.seconds, source=source,
                      dedup_key=dedup_key, token=token))
-        if self.on_response is not None:
+        if self.on_response is not None and self.on_written is None:
             self.on_response()
         self._wake()
         return row_id
@@ -361,13 +373,12 @@ class Hipq:
         it goes to the inbox (a late one, for a try that already ended, is recorded
         on the job's history; an unknown key waits ``responses.buffer_seconds``).
         A repeat of the same final response is stored once (returns None)."""
-        response = response.model_copy(update={"attempt": attempt})
         if self.live_try is None or self.live_try(correlation_key) != (token, attempt):
             await self._check_callback(correlation_key, attempt, token)
         dedup = None if response.status == "running" else response_digest(
-            correlation_key, response)
+            correlation_key, response, attempt=attempt)
         return await self.report_response(correlation_key, response, source="http",
-                                          dedup_key=dedup, token=token)
+                                          dedup_key=dedup, token=token, attempt=attempt)
 
     async def _check_callback(self, correlation_key: str, attempt: int, token: str) -> None:
         """Raise StaleResponse unless the callback is for the job that holds the key
@@ -414,10 +425,21 @@ class Hipq:
         return await self.store.inbox_counts()
 
 
-def response_digest(correlation_key: str, response: ResponseRequest) -> str:
-    body = json.dumps([correlation_key, response.model_dump(mode="json")], sort_keys=True,
-                      separators=(",", ":"), default=str)
-    return hashlib.sha256(body.encode()).hexdigest()
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+
+
+def response_digest(correlation_key: str, response: ResponseRequest, *,
+                    attempt: int | None = None) -> str:
+    """SHA-256 of the key and the response's fields (``attempt`` standing for its
+    attempt, if given) as sorted JSON: the fields as ``model_dump(mode="json")`` has
+    them, read directly (a callback's values come from a JSON parser) with an
+    encoder made once (issue 28)."""
+    fields = {"status": response.status,
+              "attempt": response.attempt if attempt is None else attempt,
+              "retryable": response.retryable, "result": response.result,
+              "error": response.error, "extend_seconds": response.extend_seconds,
+              "retry_after_seconds": response.retry_after_seconds}
+    return hashlib.sha256(_DIGEST_JSON([correlation_key, fields]).encode()).hexdigest()
 
 
 def validate_queue(config: QueueConfig) -> None:

@@ -310,18 +310,46 @@ async def archived_jobs(request: web.Request) -> web.Response:
 # -- responses -------------------------------------------------------------------
 
 
-async def signed_response(request: web.Request) -> web.Response:
-    deps = request.app[DEPS]
-    key = request.match_info["key"]
+# the query of a signed URL as hipq makes it (signing.py: plain token, hex signature):
+# read without parsing the query into a mapping and validating a model; any other
+# query goes the general way, which says the same of this one (issue 28)
+_SIGNED_QUERY = re.compile(
+    r"attempt=([1-9][0-9]{0,5}|1000000)&t=([A-Za-z0-9_.~-]{1,200})&sig=([0-9a-f]{1,200})"
+).fullmatch
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.~:-]*").fullmatch  # JSON-encodes as itself
+
+
+def _callback_query(request: web.Request) -> tuple[int, str, str]:
+    """The (attempt, token, signature) of a signed callback URL; 401 without them."""
+    plain = _SIGNED_QUERY(request.rel_url.raw_query_string)
+    if plain is not None:
+        return int(plain[1]), plain[2], plain[3]
     try:
         query = read_query(request, CallbackQuery)
     except PydanticValidationError:
         raise ApiError(401, "unauthorized", "the callback URL is not signed") from None
-    if not deps.signer.verify(key, query.attempt, query.t, query.sig):
+    return query.attempt, query.t, query.sig
+
+
+def _accepted(duplicate: bool, key: str) -> web.Response:
+    """``reply(AcceptedOut(duplicate=..., correlation_key=key), 202)``, for a plain
+    key without the model."""
+    if not _PLAIN_KEY(key):
+        return reply(AcceptedOut(duplicate=duplicate, correlation_key=key), 202)
+    body = (b'{"accepted":true,"duplicate":' + (b"true" if duplicate else b"false")
+            + b',"correlation_key":"' + key.encode() + b'"}')
+    return web.Response(body=body, status=202, content_type="application/json")
+
+
+async def signed_response(request: web.Request) -> web.Response:
+    deps = request.app[DEPS]
+    key = request.match_info["key"]
+    attempt, token, signature = _callback_query(request)
+    if not deps.signer.verify(key, attempt, token, signature):
         raise ApiError(401, "unauthorized", "the callback URL's signature is not valid")
     response = await read_body(request, ResponseRequest, empty={})
-    row = await deps.service.report_callback(key, query.attempt, query.t, response)
-    return reply(AcceptedOut(duplicate=row is None, correlation_key=key), 202)
+    row = await deps.service.report_callback(key, attempt, token, response)
+    return _accepted(row is None, key)
 
 
 async def templated_response(request: web.Request) -> web.Response:

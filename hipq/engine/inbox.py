@@ -10,6 +10,11 @@ job's history, at most :data:`~hipq.store.history.LATE_PER_TRY` per try; the
 others are only marked) or ``unmatched`` (no job had the key within
 ``responses.buffer_seconds``).
 
+Rows this process wrote are handed to the inbox once committed (:meth:`Inbox.wrote`)
+and applied from memory: reading them back would give the same rows. Rows other
+writers made are read (an id cursor), when told they arrived (NOTIFY) and once a
+second; the cursor passes the handed-over rows at that read.
+
 Who is authoritative: the owner of a job's queue applies its responses; the sweep
 leaves a response alone while a live job (queued, or running elsewhere) holds
 its key, so a response that arrives before its try is marked running is kept.
@@ -22,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 from hipq.engine.batch import Batch
 from hipq.engine.decide import extended_deadline, inbox_verdict, outcome_from_row
@@ -40,6 +46,7 @@ NEW_ROWS_PAGE = 2000  # new pending rows read per page in step 0
 LOOKBACK_IDS = 256  # ids below the cursor read again (rows committed out of id order)
 _FAR = timedelta(days=3650)
 READ_EVERY = timedelta(seconds=1)  # with events: new rows read at least this often
+_ID = attrgetter("id")
 
 
 class Inbox:
@@ -63,6 +70,9 @@ class Inbox:
         self._events = False
         self._arrived = True
         self._read_at: datetime | None = None
+        # rows this process wrote, committed, not applied yet; the highest id handed over
+        self._written: list[InboxRow] = []
+        self._written_max = 0
 
     def use_events(self) -> None:
         """Read new inbox rows only when told some arrived (and once a second)."""
@@ -71,6 +81,13 @@ class Inbox:
     def arrived(self) -> None:
         """Responses were written (here, or by another daemon that said so)."""
         self._arrived = True
+
+    def wrote(self, rows: Sequence[InboxRow]) -> None:
+        """These rows were written by this process and committed: the next step 0
+        applies them without reading them (issue 28)."""
+        if rows:
+            self._written.extend(rows)
+            self._written_max = max(self._written_max, *map(_ID, rows))
 
     def watch(self, entry: HeldTry) -> None:
         """An entry joined the batch; a response for a fixed key may be waiting."""
@@ -87,23 +104,33 @@ class Inbox:
                 or now - self._read_at >= READ_EVERY):
             self._arrived = False
             self._read_at = now
-            reads.append(self._new_rows(now))
+            reads.append(self._new_rows(now, passed=self._written_max))
         fresh = list(self._fresh)
         if fresh:
             reads.append(self.store.inbox_pending_for_keys(fresh))
+        written, self._written = self._written, []
         rows: list[InboxRow] = []
-        if len(reads) == 1:
-            rows = await reads[0]
-        elif reads:
-            done = await asyncio.gather(*reads, return_exceptions=True)
-            for part in done:
-                if isinstance(part, BaseException):
-                    raise part
-                rows.extend(part)
+        try:
+            if len(reads) == 1:
+                rows = await reads[0]
+            elif reads:
+                done = await asyncio.gather(*reads, return_exceptions=True)
+                for part in done:
+                    if isinstance(part, BaseException):
+                        raise part
+                    rows.extend(part)
+        except BaseException:
+            self._written[:0] = written  # applied by the next try
+            raise
         self._fresh.difference_update(fresh)  # read (a failed read reads them again)
+        if written:  # in id order with what was read (a heartbeat before its end)
+            rows = sorted([*written, *rows], key=_ID) if rows else written
         await self._apply_rows(batch, rows, now, counters)
 
-    async def _new_rows(self, now: datetime) -> list[InboxRow]:
+    async def _new_rows(self, now: datetime, *, passed: int = 0) -> list[InboxRow]:
+        """The pending rows past the cursor; then the cursor passes them and ``passed``
+        (the rows handed over before this read: their ids were taken when they
+        committed, so the read sees what committed below them, as for rows read)."""
         rows: list[InboxRow] = []
         after = max(self._cursor - LOOKBACK_IDS, 0)
         while True:
@@ -113,8 +140,7 @@ class Inbox:
             if len(page) < NEW_ROWS_PAGE:
                 break
             after = page[-1].id
-        if rows:
-            self._cursor = max(self._cursor, rows[-1].id)
+        self._cursor = max(self._cursor, rows[-1].id if rows else 0, passed)
         return rows
 
     async def _apply_rows(self, batch: Batch, rows: list[InboxRow], now: datetime,

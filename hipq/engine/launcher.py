@@ -43,6 +43,11 @@ from hipq.targets import ACCEPTED, Accepted, LaunchOutcome, Target
 log = logging.getLogger(__name__)
 
 RECORD_RETRY_SECONDS = 0.5
+# how long the first confirmation since the last write waits for others to share its
+# statement: under load a write per round trip to the database (a few ms) made small
+# statements, each a commit (issue 28); a crash within it leaves those tries
+# unconfirmed, as one before the write would
+CONFIRM_LINGER_SECONDS = 0.01
 _UNKNOWN: Any = object()  # not looked up yet
 
 
@@ -138,7 +143,8 @@ class Launcher:
                     self.on_wake()
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one
-                asyncio.get_running_loop().call_soon(lambda: self._spawn(self.flush()))
+                asyncio.get_running_loop().call_later(CONFIRM_LINGER_SECONDS,
+                                                      lambda: self._spawn(self.flush()))
             return
         self._outcomes.append(result)
         queue, unrecorded = result.job.queue, self._unrecorded  # _recorded(queue), inline
@@ -177,13 +183,6 @@ class Launcher:
     def busy(self, queue: str) -> bool:
         """Whether launches of ``queue`` are in flight or not yet recorded."""
         return queue in self._unrecorded
-
-    @property
-    def confirming(self) -> asyncio.Lock:
-        """Held while confirmations are written: whoever writes the same rows
-        otherwise (step 3) holds it meanwhile, so neither changes a row under the
-        other's statement."""
-        return self._flush_lock
 
     def take_spent(self) -> list[tuple[Job, Any]]:
         """Accepted launches whose partner said its budget is spent (with the reset),

@@ -492,13 +492,10 @@ class Reconciler:
         re-queued or are no longer ours leave the batch."""
         if not changes:
             return
-        # never beside a write of launch confirmations: it would change these rows
-        # under the statements (PostgreSQL: a row another transaction changed meanwhile
-        # is left alone), and a try that ended here would leave the batch still
-        # running in the database (issue 28)
-        async with self.launcher.confirming:
-            applied = await self.store.persist_batch(changes=changes, owner=self.owner,
-                                                     now=now)
+        # beside a write of launch confirmations: a row it changes meanwhile is sent
+        # again by persist_batch (PostgreSQL leaves alone a row another transaction
+        # changed under the statement; see PostgresStore.persist_batch)
+        applied = await self.store.persist_batch(changes=changes, owner=self.owner, now=now)
         leaving: list[tuple[str, str]] = []
         extend = ChangeKind.EXTEND
         for change in changes:

@@ -78,7 +78,8 @@ from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.errors import HipqError, TransientStoreError
 from hipq.paths import MISSING, lookup
 from hipq.responses.correlation import TemplateError, response_key
-from hipq.store import Response, Store
+from hipq.store import InboxRow, Response, Store
+from hipq.store.records import written_rows
 from hipq.values import INT32_MAX, json_problem, text_problem
 
 log = logging.getLogger(__name__)
@@ -316,11 +317,13 @@ class KafkaResponseConsumer:
 
     def __init__(self, config: KafkaConfig, store: Store, *, clock: Clock | None = None,
                  on_work: Callable[[], None] | None = None,
+                 on_written: Callable[[list[InboxRow]], None] | None = None,
                  pause_file: str | None = None) -> None:
         self.config = config
         self.store = store
         self.clock = clock or SystemClock()
         self.on_work = on_work
+        self.on_written = on_written  # the inbox rows a batch became, once committed
         self.stats = ConsumerStats()
         self.parser = ResponseParser(config.response_fields)
         self.assigned = asyncio.Event()  # set once the group gave us partitions
@@ -447,7 +450,7 @@ class KafkaResponseConsumer:
         """Write a parsed batch to the inbox, then commit past it; ``batches`` if it
         could not be written (its partitions are rewound to it, after a back-off)."""
         try:
-            ids = await self._insert(parsed)
+            ids, written = await self._insert(parsed)
         except TransientStoreError as exc:
             self.stats.errors += 1
             for tp, records in batches.items():  # nothing committed: read them again
@@ -458,6 +461,8 @@ class KafkaResponseConsumer:
                         exc, delay, extra={"action": "kafka_inbox_error"})
             await self._wait(delay)
             return batches
+        if written and self.on_written is not None:
+            self.on_written(written)
         fresh = sum(1 for i in ids if i is not None)
         self.stats.inserted += fresh
         self.stats.duplicates += len(ids) - fresh
@@ -468,28 +473,36 @@ class KafkaResponseConsumer:
             self.on_work()
         return None
 
-    async def _insert(self, parsed: Sequence[tuple[Any, Response]]) -> list[int | None]:
+    async def _insert(self, parsed: Sequence[tuple[Any, Response]]
+                      ) -> tuple[list[int | None], list[InboxRow]]:
         """Insert the batch; if the database refuses it (not merely down), insert
-        message by message and skip those it refuses. Raises only
-        :class:`TransientStoreError` (then nothing may be committed)."""
+        message by message and skip those it refuses. Returns the ids (None: a
+        duplicate) and the rows written. Raises only :class:`TransientStoreError`
+        (then nothing may be committed)."""
         now = self.clock.now()
+        responses = [r for _, r in parsed]
         try:
-            return await self.store.inbox_insert_many([r for _, r in parsed], now=now)
+            ids = await self.store.inbox_insert_many(responses, now=now)
+            return ids, written_rows(responses, ids, now)
         except TransientStoreError:
             raise
         except Exception as exc:  # a message the database will not hold: find it
             if len(parsed) <= 1:
                 self._skip(parsed[0][0] if parsed else None, exc)
-                return []
-        ids: list[int | None] = []
+                return [], []
+        ids = []
+        written: list[InboxRow] = []
         for record, response in parsed:
             try:
-                ids += await self.store.inbox_insert_many([response], now=now)
+                one = await self.store.inbox_insert_many([response], now=now)
             except TransientStoreError:
                 raise
             except Exception as exc:
                 self._skip(record, exc)
-        return ids
+                continue
+            ids += one
+            written += written_rows([response], one, now)
+        return ids, written
 
     def _skip(self, record: Any, exc: BaseException) -> None:
         self.stats.malformed += 1

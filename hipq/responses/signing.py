@@ -25,8 +25,13 @@ from urllib.parse import quote, quote_plus
 from hipq.store import Store
 
 SIGNING_KEY_META = "signing_key"
-# what quote(text, safe="") and quote_plus(text) leave as it is
+# what quote(text, safe="") and quote_plus(text) leave as it is; and the same with
+# colons, which quote(text, safe="") writes %3A (template keys: "{data.id}:{data.v}")
 _PLAIN = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
+_PLAIN_OR_COLON = re.compile(r"[A-Za-z0-9_.~:-]*").fullmatch
+
+
+_BLOCK = 64  # SHA-256's block size (RFC 2104's B)
 
 
 class Signer:
@@ -34,6 +39,13 @@ class Signer:
         if not key:
             raise ValueError("the signing key must not be empty")
         self._key = key.encode()
+        # HMAC-SHA256 (RFC 2104) with the key's inner and outer pads hashed once: each
+        # signature copies the two states (0.65 µs against 2.2 for ``hmac.digest``,
+        # which sets the key up again every call; every try signs twice, issue 28)
+        block = (hashlib.sha256(self._key).digest() if len(self._key) > _BLOCK
+                 else self._key).ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
 
     def instance(self) -> str:
         """Names the database this key belongs to, without telling the key (an HMAC
@@ -42,8 +54,11 @@ class Signer:
         return hmac.new(self._key, b"hipq instance", hashlib.sha256).hexdigest()[:16]
 
     def sign(self, correlation_key: str, attempt: int, token: str) -> str:
-        message = f"{attempt}\n{token}\n{correlation_key}".encode()
-        return hmac.digest(self._key, message, "sha256").hex()  # one C call
+        inner = self._inner.copy()
+        inner.update(f"{attempt}\n{token}\n{correlation_key}".encode())
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()  # hmac.digest(key, message, "sha256").hex()
 
     def verify(self, correlation_key: str, attempt: int, token: str, signature: str) -> bool:
         expected = self.sign(correlation_key, attempt, token)
@@ -53,7 +68,10 @@ class Signer:
                      token: str) -> str:
         # what urlencode({"attempt", "t", "sig"}) and quote(key, safe="") make, without
         # their per-character work for the usual plain keys and tokens (issue 28)
-        key = correlation_key if _PLAIN(correlation_key) else quote(correlation_key, safe="")
+        if _PLAIN_OR_COLON(correlation_key):
+            key = correlation_key.replace(":", "%3A")
+        else:
+            key = quote(correlation_key, safe="")
         t = token if _PLAIN(token) else quote_plus(token)
         sig = self.sign(correlation_key, attempt, token)
         return f"{public_url.rstrip('/')}/v1/responses/{key}?attempt={attempt}&t={t}&sig={sig}"

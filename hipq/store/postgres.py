@@ -59,7 +59,6 @@ from hipq.store.rows import (
     chunks,
     inbox_ids_in_order,
     inbox_row,
-    inbox_values,
     insert_outcome,
     job_from_row,
     jobs_from_rows,
@@ -80,11 +79,9 @@ _END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "out
 _ENCODE = json_text.encoder(separators=(",", ":"))
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
 SKIPPED_ROUNDS = 2  # step 3: changes sent again after a concurrent update skipped them
-_INBOX_COLUMNS = {"correlation_keys": "correlation_key", "attempts": "attempt",
-                  "statuses": "status", "retryables": "retryable", "results": "result",
-                  "errors": "error", "extend_seconds": "extend_seconds", "sources": "source",
-                  "dedup_keys": "dedup_key", "received_ats": "received_at", "tokens": "token"}
-_INBOX_JSON = frozenset({"result", "error"})
+# a response as a row of the inbox_insert statement's JSON array
+_INBOX_ROW = attrgetter("correlation_key", "attempt", "status", "retryable", "result",
+                        "error", "extend_seconds", "source", "dedup_key", "token")
 # the keyset of each live listing, in the order of its sort key
 _LIVE_PAGES = {"running": ("live_running_page", ("after_at", "after_id")),
                Ordering.TIME_THEN_PRIORITY: ("live_queued_time_page",
@@ -482,10 +479,9 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
                                 now: datetime) -> list[int | None]:
         if not responses:
             return []
-        rows = [inbox_values(r, now) for r in responses]
-        columns = {name: [to_json(r[c]) for r in rows] if c in _INBOX_JSON
-                   else [r[c] for r in rows] for name, c in _INBOX_COLUMNS.items()}
-        return inbox_ids_in_order(responses, await self._fetch("inbox_insert", **columns))
+        rows = _ENCODE(list(map(_INBOX_ROW, responses)))
+        return inbox_ids_in_order(responses, await self._fetch(
+            "inbox_insert", responses=rows, received_at=now))
 
     async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
         if not keys:

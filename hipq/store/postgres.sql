@@ -583,18 +583,17 @@ SELECT * FROM gone
 -- -- the response inbox and late responses -------------------------------------------
 
 -- name: inbox_insert
--- Responses, one array per column; a repeated dedup_key (in the table or earlier
--- in the batch) is not inserted.
+-- Responses received at :received_at, as one JSON array of arrays [correlation_key,
+-- attempt, status, retryable, result, error, extend_seconds, source, dedup_key,
+-- token] (one encoding call for the batch, as in archive; a JSON null in result or
+-- error is SQL NULL). A repeated dedup_key (in the table or earlier in the batch)
+-- is not inserted.
 INSERT INTO response_inbox (correlation_key, attempt, status, retryable, result, error,
                             extend_seconds, source, dedup_key, received_at, token)
-SELECT u.correlation_key, u.attempt, u.status, u.retryable, u.result::jsonb,
-       u.error::jsonb, u.extend_seconds, u.source, u.dedup_key, u.received_at, u.token
-FROM unnest(:correlation_keys::text[], :attempts::int4[], :statuses::text[],
-            :retryables::bool[], :results::text[], :errors::text[],
-            :extend_seconds::float8[], :sources::text[], :dedup_keys::text[],
-            :received_ats::timestamptz[], :tokens::text[])
-    AS u(correlation_key, attempt, status, retryable, result, error, extend_seconds,
-         source, dedup_key, received_at, token)
+SELECT e->>0, (e->>1)::int4, e->>2, (e->>3)::bool, NULLIF(e->4, 'null'),
+       NULLIF(e->5, 'null'), (e->>6)::float8, e->>7, e->>8,
+       :received_at::timestamptz, e->>9
+FROM jsonb_array_elements(:responses::jsonb) AS e
 ON CONFLICT DO NOTHING RETURNING id, dedup_key
 
 -- name: inbox_mark

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -51,6 +52,7 @@ class InboxOutcome(StrEnum):
     UNMATCHED = "unmatched"  # no job ever had the key within the buffer time
 
 
+@quick_init  # made once per response (issue 28)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Response:
     """A response to write into the inbox."""
@@ -67,6 +69,7 @@ class Response:
     token: str | None = None  # a signed callback's job: applies to no other job
 
 
+@quick_init  # made once per response (issue 28)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboxRow:
     id: int
@@ -80,6 +83,18 @@ class InboxRow:
     source: str
     received_at: datetime
     token: str | None = None
+
+
+def written_rows(responses: Sequence[Response], ids: Sequence[int | None],
+                 received_at: datetime) -> list[InboxRow]:
+    """The inbox rows ``inbox_insert_many(responses, now=received_at)`` wrote, from
+    its answer ``ids`` (None: a repeated dedup_key, not written): what reading them
+    back would give."""
+    return [InboxRow(id=row_id, correlation_key=r.correlation_key, attempt=r.attempt,
+                     status=r.status, retryable=r.retryable, result=r.result, error=r.error,
+                     extend_seconds=r.extend_seconds, source=r.source,
+                     received_at=received_at, token=r.token)
+            for r, row_id in zip(responses, ids, strict=True) if row_id is not None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

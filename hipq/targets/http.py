@@ -69,6 +69,7 @@ RETRYABLE_4XX = frozenset({408, 429})
 MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 EPOCH_AFTER_SECONDS = 365 * 86400.0  # a reset larger than this is an epoch time
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # a launch's body, made once
 
 
 class HttpClient:
@@ -156,7 +157,7 @@ class HttpTarget:
                              error={"detail": "the correlation key cannot be sent in an "
                                               "HTTP header (it has a line break or NUL)"})
         target = self._target or _parse_url(self.url_for(job))
-        body = json.dumps(self.body_for(job, key), separators=(",", ":")).encode()
+        body = _ENCODE(self.body_for(job, key)).encode()
         try:
             answer = await self._post(self.client.pool, target, headers, body)
         except TimeoutError:

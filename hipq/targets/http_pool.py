@@ -35,6 +35,8 @@ nothing parsed later changes them.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import re
 import ssl
 import time
 from collections.abc import Iterable, Mapping
@@ -100,15 +102,20 @@ class Endpoint:
         return cls((parsed.scheme, host, port), host_header, parsed.raw_path_qs or "/")
 
 
+# an HTTP token (RFC 9110: tchar), and what a header value must not hold; checked by
+# the regex engine, not a Python loop per character (every launch has a header block)
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+\-.^_`|~]+").fullmatch
+_BREAKS = re.compile("[\r\n\x00]").search
+
+
 def header_block(headers: Iterable[tuple[str, str]]) -> bytes:
     """``Name: value\\r\\n`` lines; ValueError for a name or value that would break
     the request (a line break, NUL, or a name that is not a token)."""
     lines = []
     for name, value in headers:
-        if not name or not all(c.isascii() and (c.isalnum() or c in "!#$%&'*+-.^_`|~")
-                               for c in name):
+        if not _TOKEN(name):
             raise ValueError(f"invalid HTTP header name {name[:100]!r}")
-        if any(c in value for c in "\r\n\x00"):
+        if _BREAKS(value):
             raise ValueError(f"the value of the HTTP header {name[:100]!r} has a line break "
                              "or a NUL character")
         lines.append(f"{name}: {value}\r\n")
@@ -230,17 +237,21 @@ class _Connection(asyncio.Protocol):
     # -- the client's side -----------------------------------------------------------
 
     async def request(self, head: bytes, body: bytes) -> Answer:
+        return await self.send(head, body)
+
+    def send(self, head: bytes, body: bytes) -> asyncio.Future[Answer]:
+        """Write the request; the future of its answer."""
         assert self.transport is not None
         self.reusable = False
         self._read = 0
         self._reset()
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
         try:
             self.transport.write(head + body)
         except (OSError, RuntimeError) as exc:  # closed under us (uvloop raises)
             raise HttpTransportError(f"the connection closed before the request was "
                                      f"sent: {exc}"[:300]) from None
-        return await self._waiter
+        return waiter
 
     def _answer(self, *, truncated: bool) -> Answer:
         headers, self._headers = self._headers, {}  # the answer's own from now on
@@ -294,6 +305,12 @@ class HttpPool:
         self._origins: dict[tuple[str, str, int], _Origin] = {}
         self._swept = time.monotonic()
         self._closed = False
+        # answers awaited on reused connections, by deadline: one timer for them all
+        # (a timer per request costs more than the rest of the wait, issue 28)
+        self._deadlines: list[tuple[float, int, asyncio.Future[Answer], _Connection]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._sent = 0  # numbers the deadlines (equal times keep their order)
 
     async def post(self, target: Endpoint, headers: bytes, body: bytes, *,
                    within: float) -> Answer:
@@ -306,6 +323,15 @@ class HttpPool:
         origin.users += 1
         conn: _Connection | None = None
         try:
+            if not origin.slots.locked() and not self._closed and origin.idle:
+                # the usual case: a free slot and a connection to reuse, so nothing to
+                # wait for but the answer, within the pool's deadline timer
+                conn = self._reuse(origin)
+                if conn is not None:
+                    async with origin.slots:
+                        answer = await self._answer(conn, head, body, within)
+                        self._release(origin, conn)
+                    return answer
             async with asyncio.timeout(within), origin.slots:
                 if self._closed:
                     raise HttpTransportError("the HTTP client is closed")
@@ -320,8 +346,49 @@ class HttpPool:
             origin.users -= 1
         return answer
 
+    async def _answer(self, conn: _Connection, head: bytes, body: bytes,
+                      within: float) -> Answer:
+        """Send on ``conn``; its answer, or TimeoutError after ``within`` seconds (the
+        connection is then aborted: its state is unknown)."""
+        waiter = conn.send(head, body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        self._sent += 1
+        heap = self._deadlines
+        if len(heap) > 2 * self._limit * len(self._origins) + 64:  # answered long ago
+            heap[:] = [d for d in heap if not d[2].done()]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (deadline, self._sent, waiter, conn))
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(loop, deadline)
+        return await waiter
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = loop.call_at(at, self._expire), at
+
+    def _expire(self) -> None:
+        """The deadline timer: answers not in by their deadline fail with TimeoutError;
+        armed again for the first one still awaited."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now, heap = loop.time(), self._deadlines
+        while heap:
+            deadline, _, waiter, conn = heap[0]
+            if not waiter.done() and deadline > now:
+                self._arm(loop, deadline)
+                return
+            heapq.heappop(heap)
+            if not waiter.done():
+                waiter.set_exception(TimeoutError())
+                conn.abort()
+
     async def close(self) -> None:
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for origin in self._origins.values():
             for conn in origin.idle:
                 conn.abort()

@@ -72,6 +72,47 @@ Headers = Sequence[tuple[str, bytes]]
 _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
+class Slots:
+    """A first-come-first-served semaphore whose release hands the slot straight to
+    the first waiter. ``asyncio.Semaphore`` keeps a woken waiter in its queue until it
+    runs, and each release (and each ``acquire`` while none is free) walks past those:
+    acknowledgements come by the hundred at once while a thousand dispatches wait,
+    which made the walks quadratic (issue 28)."""
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def free(self) -> int:
+        """Slots nobody holds."""
+        return self._free
+
+    async def acquire(self) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # resolved by release(): the slot is ours
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # handed over, then cancelled
+                self.release()
+            raise  # (a cancelled waiter left in the queue is skipped by release)
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 class KafkaProducer:
     """One lazily started ``AIOKafkaProducer`` (``acks=all``) shared by a daemon."""
 
@@ -82,7 +123,7 @@ class KafkaProducer:
         self.failed_starts = 0
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
-        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._slots = Slots(config.max_in_flight)
         self._retry_at = 0.0
         self._last_error = ""
         self._refused_idempotence = False

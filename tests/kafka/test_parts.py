@@ -214,6 +214,6 @@ async def test_dispatch_pipelines_sends_within_max_in_flight(kafka_bootstrap: st
         await asyncio.gather(*acks)  # no slot until an acknowledgement arrived
         await (await asyncio.wait_for(ninth, 10))
         assert all(ack.done() and ack.exception() is None for ack in acks)
-        assert producer._slots._value == 8  # every slot given back
+        assert producer._slots.free == 8  # every slot given back
     finally:
         await producer.close()

@@ -307,3 +307,34 @@ def test_the_same_on_uvloop() -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(scenario()) == [(200, b"ok"), (202, b"ab"), (500, b"bye")]
+
+
+async def test_answers_on_reused_connections_time_out_by_their_own_deadlines(
+        serve: Callable[[Script], Awaitable[Server]], pool: HttpPool) -> None:
+    """A reused connection's answer is timed by the pool's one deadline timer (issue
+    28): a short timeout after a long one still fires at its own time, an answer in
+    time is kept, and the connection that timed out is dropped, not reused."""
+    async def script(server: Server, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        while True:
+            body = await server.read_request(reader)
+            if body == b'"never"':
+                await asyncio.sleep(10)
+            elif body == b'"late"':
+                await asyncio.sleep(0.5)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+
+    server = await serve(script)
+    await asyncio.gather(*(pool.post(url(server), HEADERS, b"{}", within=5) for _ in range(2)))
+    assert server.connections == 2  # both idle now, reused below
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    late = asyncio.ensure_future(pool.post(url(server), HEADERS, b'"late"', within=3))
+    await asyncio.sleep(0)
+    with pytest.raises(TimeoutError):
+        await pool.post(url(server), HEADERS, b'"never"', within=0.2)
+    assert 0.15 < loop.time() - started < 0.45
+    assert (await late).status == 200
+    answer = await pool.post(url(server), HEADERS, b"{}", within=5)
+    assert (answer.status, server.connections) == (200, 2)  # the late one's, reused

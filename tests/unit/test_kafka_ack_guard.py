@@ -58,7 +58,7 @@ async def test_unacknowledged_messages_time_out_and_give_their_slots_back(
     await asyncio.wait_for(asyncio.gather(later, return_exceptions=True), 2)
     aio.acks[0].set_result(None)  # an acknowledgement after the timeout changes nothing
     await asyncio.sleep(0)
-    assert producer._slots._value == 8  # every slot back, once
+    assert producer._slots.free == 8  # every slot back, once
     assert not producer._guards
     await producer.close()
 

@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from hipq.config import KafkaConfig
 from hipq.errors import TransientStoreError
 from hipq.responses.kafka_consumer import KafkaResponseConsumer
-from hipq.store import Response
+from hipq.store import InboxRow, Response
 
 TOPIC = "responses"
 PER_PARTITION = 30
@@ -100,11 +100,13 @@ class _Store:
         return ids
 
 
-async def _consume_all(failing: set[int]) -> tuple[_Store, _Consumer]:
+async def _consume_all(failing: set[int], written: list[InboxRow] | None = None
+                       ) -> tuple[_Store, _Consumer]:
     store, fake = _Store(failing), _Consumer()
     config = KafkaConfig(bootstrap_servers="127.0.0.1:1", response_topics=[TOPIC],
                          max_poll_records=10, reconnect_backoff_seconds=0.001)
-    consumer = KafkaResponseConsumer(config, store)  # type: ignore[arg-type]
+    consumer = KafkaResponseConsumer(  # type: ignore[arg-type]
+        config, store, on_written=None if written is None else written.extend)
     task = asyncio.create_task(consumer._consume(fake))  # type: ignore[arg-type]
     for _ in range(2000):
         if len(store.inbox) == 2 * PER_PARTITION and fake.commits and all(
@@ -143,3 +145,15 @@ async def test_a_failed_write_behind_a_parsed_batch_loses_nothing() -> None:
                                          for o in range(PER_PARTITION))
     assert _committed_in_order(fake)
     assert fake.commits[-1] == dict.fromkeys(fake.tps, PER_PARTITION)
+
+
+async def test_the_rows_written_are_handed_over_once_each() -> None:
+    # (issue 28) the daemon applies them without reading them back: each message's
+    # row once, with the id the store gave it, duplicates (rewound batches) not at all
+    written: list[InboxRow] = []
+    store, _ = await _consume_all(failing={2, 5}, written=written)
+    ids = {key: i for i, key in enumerate(store.inbox, start=1)}
+    assert sorted((r.id, r.correlation_key) for r in written) == sorted(
+        (ids[f"kafka:{TOPIC}:{p}:{o}:1"], f"k-{p}-{o}") for p in (0, 1)
+        for o in range(PER_PARTITION))
+    assert {(r.source, r.status) for r in written} == {("kafka", "succeeded")}
