@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import ClientSession, TCPConnector, web
 
+from hipq.cli.context import loop_factory
 from hipq.downstream import Launch, callback_app
 
 OK = json.dumps({"ok": True})
@@ -123,8 +124,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "callback" and not args.hand_written and not args.hipq_url:
         parser.error("--mode callback needs --hipq-url (callback_app's hipq_urls)")
+    # uvloop, as hipq runs (hipq.cli.context.loop_factory) and as docs/downstream.md
+    # suggests for a downstream that serves many launches
+    factory = loop_factory("auto")
     try:
-        asyncio.run(serve(args))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(serve(args))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -10,7 +10,7 @@ a partner-facing worker about ten lines.
         return {"charged": launch.data["amount"]}   # succeeded, kept as the result
 
     web.run_app(callback_app(handle, hipq_urls="http://hipq:8080", heartbeat_seconds=10),
-                port=9000)
+                port=9000)  # many launches a second: loop=uvloop.new_event_loop()
 
 :func:`callback_app` serves HTTP launches (``mode: callback``);
 :class:`KafkaResponder` answers Kafka launches. A handler returns the result,
