@@ -78,6 +78,7 @@ from hipq.plugins import ThrottleContext, ThrottleResult
 from hipq.retry import RetryFn
 from hipq.spec import QueueSpec
 from hipq.store import Change, ChangeKind, QueueRecord, Store
+from hipq.store.rows import chunks
 from hipq.targets import Target
 from hipq.targets.registry import Targets
 from hipq.throttling import RateBudget, field_value
@@ -582,7 +583,7 @@ class Reconciler:
         for part in await asyncio.gather(*(
                 self.store.job_archive_ran_many(queue=spec.id, changes=chunk, owner=self.owner,
                                                 now=now, heartbeat_seconds=heartbeat)
-                for chunk in _chunks(ends, IN_TICK_ARCHIVE_CHUNK))):
+                for chunk in chunks(ends, IN_TICK_ARCHIVE_CHUNK))):
             applied |= part
         done = [c for c in ends if (c.queue, c.id) in applied]
         counters.add("finished", len(done))
@@ -672,10 +673,6 @@ class Reconciler:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""
         self._stopping = True
         self.leases.stopping = True
-
-
-def _chunks(items: list[Change], size: int) -> list[list[Change]]:
-    return [items[i:i + size] for i in range(0, len(items), size)] if items else [[]]
 
 
 def _requeued(changes: Sequence[Change]) -> set[tuple[str, str]]:

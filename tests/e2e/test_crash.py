@@ -50,7 +50,7 @@ import yaml
 from hipq.bodies import EnqueueRequest
 from hipq.config import load_config
 from hipq.service import Hipq
-from hipq.store import InsertStatus, open_store
+from hipq.store import InsertStatus, Store, open_store
 
 pytestmark = pytest.mark.slow
 
@@ -261,25 +261,37 @@ def _read_launch_log(path: Path) -> list[tuple[str, str, int]]:
     return launches
 
 
+def new_run(tmp_path: Path, config_path: Path) -> Run:
+    """The daemons of a crash test: ``hipq run`` with this config, the repository on
+    its path, logging to ``daemon.log``."""
+    env = {k: v for k, v in os.environ.items() if k != "HIPQ_DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    return Run(config=config_path, log=tmp_path / "daemon.log", env=env)
+
+
+async def open_queues(url: str, config_path: Path) -> tuple[Store, Hipq]:
+    """The database migrated and the config's queues created, from the test's side."""
+    store = await open_store(url, pool_size=2)
+    await store.migrate()
+    hipq = Hipq(store)
+    for queue in load_config(config_path).queues:
+        await hipq.create_queue(queue)
+    return store, hipq
+
+
 async def test_sigkill_mid_work_loses_nothing(crash_db: tuple[str, str],
                                               tmp_path: Path) -> None:
     raw_url, url = crash_db
     launch_log = tmp_path / "launches.log"
     launch_log.touch()
     config_path = _write_config(tmp_path, url, launch_log)
-    env = {k: v for k, v in os.environ.items() if k != "HIPQ_DATABASE_URL"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    run = Run(config=config_path, log=tmp_path / "daemon.log", env=env)
+    run = new_run(tmp_path, config_path)
     rng = random.Random()
     began = time.monotonic()
 
-    store = await open_store(url, pool_size=2)
+    store, hipq = await open_queues(url, config_path)
     conn = await asyncpg.connect(raw_url)
     try:
-        await store.migrate()
-        hipq = Hipq(store)
-        for queue in load_config(config_path).queues:
-            await hipq.create_queue(queue)
         for queue in (ALO, AMO):
             await _enqueue(hipq, queue, range(EARLY))
         late = [range(EARLY + i * (JOBS_PER_QUEUE - EARLY) // LATE_CHUNKS,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
 import random
 import time
 from pathlib import Path
@@ -31,11 +30,7 @@ import asyncpg
 import pytest
 import yaml
 
-from hipq.config import load_config
-from hipq.service import Hipq
-from hipq.store import open_store
 from tests.e2e.test_crash import (
-    REPO,
     START_DEADLINE,
     Run,
     _enqueue,
@@ -44,6 +39,8 @@ from tests.e2e.test_crash import (
     _read_launch_log,
     _wait_progress,
     crash_db,  # noqa: F401 (the fixture)
+    new_run,
+    open_queues,
 )
 
 pytestmark = pytest.mark.slow
@@ -90,18 +87,12 @@ async def test_sigkill_during_in_tick_runs_loses_nothing(crash_db: tuple[str, st
     launch_log = tmp_path / "launches.log"
     launch_log.touch()
     config_path = _write_config(tmp_path, url, launch_log)
-    env = {k: v for k, v in os.environ.items() if k != "HIPQ_DATABASE_URL"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    run = Run(config=config_path, log=tmp_path / "daemon.log", env=env)
+    run = new_run(tmp_path, config_path)
     rng = random.Random()
 
-    store = await open_store(url, pool_size=2)
+    store, hipq = await open_queues(url, config_path)
     conn = await asyncpg.connect(raw_url)
     try:
-        await store.migrate()
-        hipq = Hipq(store)
-        for queue in load_config(config_path).queues:
-            await hipq.create_queue(queue)
         await _enqueue(hipq, QUEUE, range(JOBS))
         for cycle in range(KILLS):
             before = await _progress(conn)

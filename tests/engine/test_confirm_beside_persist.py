@@ -68,16 +68,23 @@ async def _turns(n: int = 20) -> None:
         await asyncio.sleep(0)
 
 
-async def test_a_try_ends_while_its_confirmation_is_being_written(
-        hipq: Hipq, store: Store, clock: FakeClock, monkeypatch: Any) -> None:
+async def _launched(hipq: Hipq, store: Store, clock: FakeClock,
+                    *ids: str) -> tuple[Pipelined, Reconciler]:
+    """A reconciler that launched these jobs into a pipelined target (no answer yet)."""
     target = Pipelined()
     reconciler = Reconciler(store, clock=clock, owner="o1",
                             targets=Targets(memory={"t": target}))
     await hipq.create_queue(queue())
-    for job_id in ("a", "b"):
+    for job_id in ids:
         await enqueue(hipq, job_id)
     await reconciler.run_once()
     await _turns()
+    return target, reconciler
+
+
+async def test_a_try_ends_while_its_confirmation_is_being_written(
+        hipq: Hipq, store: Store, clock: FakeClock, monkeypatch: Any) -> None:
+    target, reconciler = await _launched(hipq, store, clock, "a", "b")
     await respond(hipq, "b", result=1)  # a fast downstream: b's answer is in...
 
     gate, started, confirm = asyncio.Event(), asyncio.Event(), store.job_confirm_launch_many
@@ -116,14 +123,7 @@ async def test_the_persist_does_not_wait_for_the_confirmations(
         hipq: Hipq, store: Store, clock: FakeClock, monkeypatch: Any,
         answered_first: bool) -> None:
     """A confirmation that hangs (a slow database connection, say) holds up no tick."""
-    target = Pipelined()
-    reconciler = Reconciler(store, clock=clock, owner="o1",
-                            targets=Targets(memory={"t": target}))
-    await hipq.create_queue(queue())
-    for job_id in ("a", "b"):
-        await enqueue(hipq, job_id)
-    await reconciler.run_once()
-    await _turns()
+    target, reconciler = await _launched(hipq, store, clock, "a", "b")
     if answered_first:
         await respond(hipq, "b", result=1)
     gate, started, confirm = asyncio.Event(), asyncio.Event(), store.job_confirm_launch_many
@@ -152,14 +152,7 @@ async def test_answers_close_together_are_confirmed_in_one_statement(
         hipq: Hipq, store: Store, clock: FakeClock, monkeypatch: Any) -> None:
     """The first confirmation waits CONFIRM_LINGER_SECONDS for others: under load, a
     statement (a commit) per round trip to the database made small ones."""
-    target = Pipelined()
-    reconciler = Reconciler(store, clock=clock, owner="o1",
-                            targets=Targets(memory={"t": target}))
-    await hipq.create_queue(queue())
-    for job_id in ("a", "b", "c"):
-        await enqueue(hipq, job_id)
-    await reconciler.run_once()
-    await _turns()
+    target, reconciler = await _launched(hipq, store, clock, "a", "b", "c")
     statements: list[list[str]] = []
     confirm, written = store.job_confirm_launch_many, asyncio.Event()
 
