@@ -299,3 +299,59 @@ async def test_a_large_tick_ends_its_tries_in_several_statements(
     assert (await tick(reconciler)).launched == 0
     for i in (0, IN_TICK_ARCHIVE_CHUNK, count - 1):
         assert (await job(hipq, f"j{i:05d}")).status is JobState.SUCCEEDED
+
+
+async def test_a_partner_that_answers_429_is_heard_and_waits(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """A throttled answer within the tick goes the usual way: the try is given back
+    (no attempt spent), the queue pauses, nothing runs in the tick meanwhile, and the
+    job succeeds once the pause is over."""
+    from datetime import timedelta
+
+    answers = iter(["throttled", "succeeded"])
+
+    def partner(job: Job) -> LaunchOutcome:
+        if next(answers) == "throttled":
+            return Completed(status="throttled", kind="throttled",
+                             error={"detail": "HTTP 429", "status": 429, "retry_after": 4})
+        return succeeded(job)
+
+    reconciler = reconciler_for(store, clock, InProcess(partner))
+    await hipq.create_queue(queue(attempts=1))
+    await enqueue(hipq, "a")
+    assert (await tick(reconciler)).ran_inline == 0  # claimed, its answer the usual way
+    assert (await tick(reconciler)).throttled == 1
+    given_back = await job(hipq, "a")
+    assert (given_back.status, given_back.attempt) == (JobState.QUEUED, 0)
+    assert given_back.run_at == clock.now() + timedelta(seconds=4)
+    assert (await tick(reconciler)).launched == 0  # paused
+    clock.advance(4)
+    assert (await tick(reconciler)).launched == 1
+    await tick(reconciler)
+    done = await job(hipq, "a")
+    assert (done.status, done.attempt) == (JobState.SUCCEEDED, 1)
+    assert [t.outcome for t in await history(hipq, "a")] == ["throttled", "succeeded"]
+
+
+async def test_a_second_daemon_takes_the_queue_and_runs_each_job_once(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """Two daemons on one database: the lease holder runs the jobs in its ticks; when
+    it dies its queue goes to the other, which runs the rest; no job runs twice."""
+    first_target, second_target = InProcess(succeeded), InProcess(succeeded)
+    first = reconciler_for(store, clock, first_target, lease_seconds=30)
+    second = Reconciler(store, clock=clock, owner="o2", config=ReconcileConfig(lease_seconds=30),
+                        targets=Targets(memory={"t": second_target}))
+    await hipq.create_queue(queue())  # created a moment ago
+    for i in range(5):
+        await enqueue(hipq, f"j{i}")
+    assert (await tick(first)).ran_inline == 5
+    assert (await tick(second)).launched == 0  # the queue is the first one's
+    for i in range(5, 10):
+        await enqueue(hipq, f"j{i}")
+    clock.advance(31)  # the first daemon is gone: its lease runs out
+    assert (await tick(second)).ran_inline == 5
+    assert second.held == {"q"}
+    launched = first_target.ids() + second_target.ids()
+    assert sorted(launched) == sorted(f"j{i}" for i in range(10))
+    for i in range(10):
+        assert (await job(hipq, f"j{i}")).status is JobState.SUCCEEDED
