@@ -1,4 +1,4 @@
--- hipq schema version 10. Generated from hipq/store/schema.py
+-- hipq schema version 11. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -35,6 +35,7 @@ CREATE TABLE archived_jobs (
 	body_hash TEXT NOT NULL, 
 	finished_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	trace TEXT, 
+	history_folded BOOLEAN DEFAULT false NOT NULL, 
 	CONSTRAINT archived_jobs_pkey PRIMARY KEY (queue, id)
 );
 

@@ -3,7 +3,7 @@ reconcile ticks until every job is archived, with a python target that completes
 once. No HTTP, no subprocess: where the daemon's CPU goes per job.
 
     .venv/bin/python bench/engine_profile.py --url postgresql://... [--jobs 20000]
-        [--profile out.pstats]
+        [--profile out.pstats] [--in-tick]
 
 ``--url`` is a server URL (a database ``bench_engine`` is created on it); without it a
 throwaway PostgreSQL is started. Prints one JSON line.
@@ -32,14 +32,16 @@ from hipq.store import open_store
 
 
 async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
-              profile: str | None, analyze: bool = False) -> dict[str, object]:
+              profile: str | None, analyze: bool = False,
+              in_tick: bool = False) -> dict[str, object]:
     url = await fresh_database(server, "bench_engine")
     store = await open_store(url.replace("postgresql://", "postgresql+asyncpg://", 1))
     await store.migrate()
     clock = SystemClock()
     service = Hipq(store, clock=clock)
     await service.create_queue(QueueConfig.model_validate({
-        "id": "q", "target": {"kind": "python", "function": "bench_targets:done"}}))
+        "id": "q", "target": {"kind": "python", "function": "bench_targets:done",
+                              "in_tick": in_tick}}))
     reconciler = Reconciler(store, clock=clock, owner="bench",
                             config=ReconcileConfig(fetch_limit=fetch_limit))
     requests = [(f"j{i}", EnqueueRequest.model_validate({"data": {"n": i}}))
@@ -76,7 +78,7 @@ async def run(server: str, jobs: int, chunk: int, fetch_limit: int,
             # PostgreSQL's, or waiting for it)
             "enqueue_cpu_us_per_job": round((c_enq - c0) * 1e6 / jobs, 1),
             "process_cpu_us_per_job": round((c_done - c_enq) * 1e6 / jobs, 1),
-            "fetch_limit": fetch_limit}
+            "fetch_limit": fetch_limit, "in_tick": in_tick}
 
 
 def _time_store() -> dict[str, list[float]]:
@@ -118,11 +120,13 @@ def main() -> None:
     parser.add_argument("--analyze", action="store_true",
                         help="ANALYZE after enqueueing (process a table with statistics)")
     parser.add_argument("--time-store", action="store_true")
+    parser.add_argument("--in-tick", action="store_true",
+                        help="the Python target with in_tick: true (hipq.engine.inline)")
     args = parser.parse_args()
     spent = _time_store() if args.time_store else None
     with postgres(args.url) as server:
         out = asyncio.run(run(server, args.jobs, args.chunk, args.fetch_limit, args.profile,
-                             args.analyze))
+                             args.analyze, args.in_tick))
     if spent is not None:
         out["store_s"] = {k: [round(v[0], 3), v[1]] for k, v in
                           sorted(spent.items(), key=lambda kv: -kv[1][0])}

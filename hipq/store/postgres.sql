@@ -106,16 +106,30 @@ SELECT * FROM archived_jobs WHERE queue = :queue AND id = ANY(:ids::text[])
 SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
 
 -- name: job_attempts
-SELECT * FROM job_attempts WHERE queue = :queue AND job_id = :job_id ORDER BY attempt, id
+-- A job's history: its rows of job_attempts, and the entry an archived row holds
+-- itself (history_folded: a try that ran in its tick and succeeded, schema version
+-- 11; always the job's last, so it sorts after its attempt's rows).
+SELECT attempt, id, launched_at, finished_at, outcome, error, response FROM job_attempts
+WHERE queue = :queue AND job_id = :job_id
+UNION ALL
+SELECT attempt, 9223372036854775807, launched_at, finished_at, 'succeeded', NULL, NULL
+FROM archived_jobs WHERE queue = :queue AND id = :job_id AND history_folded
+ORDER BY attempt, id
 
 -- name: history_last
--- A job's last history entries, newest first, without the responses' bodies.
-SELECT attempt, launched_at, finished_at, outcome, error FROM job_attempts
+-- A job's last history entries, newest first, without the responses' bodies (the
+-- archived row's own entry first, as in job_attempts).
+SELECT attempt, id, launched_at, finished_at, outcome, error FROM job_attempts
 WHERE queue = :queue AND job_id = :job_id
+UNION ALL
+SELECT attempt, 9223372036854775807, launched_at, finished_at, 'succeeded', NULL
+FROM archived_jobs WHERE queue = :queue AND id = :job_id AND history_folded
 ORDER BY attempt DESC, id DESC LIMIT :limit
 
 -- name: history_count
-SELECT count(*) FROM job_attempts WHERE queue = :queue AND job_id = :job_id
+SELECT (SELECT count(*) FROM job_attempts WHERE queue = :queue AND job_id = :job_id)
+     + (SELECT count(*) FROM archived_jobs
+        WHERE queue = :queue AND id = :job_id AND history_folded)
 
 -- name: archived_page
 -- Archived jobs, newest first by (finished_at, queue, id), after a page's last key.
@@ -391,7 +405,9 @@ SELECT queue, id FROM ended
 -- target, see hipq/engine/inline.py): delete the rows that are still queued at the
 -- attempt before the try (the try's attempt - 1), archive them as claimed and ended
 -- in the same instant (attempt, launch time, deadline, owner and key as step 4's
--- claim would have set them), record the try; returns what applied. A row another
+-- claim would have set them), record the try; returns what applied. A plain success
+-- (no error, no response) is recorded in the archived row itself (history_folded,
+-- schema version 11): no job_attempts row. A row another
 -- transaction changed or holds meanwhile (cancelled, merged into) is left alone.
 -- The ends as in archive: [queue, id, attempt, status, result, error, outcome,
 -- response].
@@ -416,14 +432,16 @@ ended AS (
               hit.result AS end_result, hit.error AS end_error,
               hit.outcome AS end_outcome, hit.response AS end_response,
               CASE WHEN j.correlation_fixed THEN j.correlation_key
-                   ELSE '~' || j.token || '.' || hit.attempt::text END AS try_key),
+                   ELSE '~' || j.token || '.' || hit.attempt::text END AS try_key,
+              (hit.status = 'succeeded' AND hit.outcome = 'succeeded' AND hit.error IS NULL
+               AND hit.response IS NULL) AS folded),
 archived AS (
     INSERT INTO archived_jobs (
         queue, id, token, data, run_at, expires_at, priority, weight, critical,
         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
         launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
-        status, result, error, updated_at, finished_at)
+        status, result, error, updated_at, finished_at, history_folded)
     SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
            time_windows, timezone, timeout_seconds, try_key, correlation_fixed,
            ordering_key, key_order_at, group_key, try, max_attempts, created_at,
@@ -433,14 +451,14 @@ archived AS (
                  OR timeout_seconds < :heartbeat_seconds::float8 THEN timeout_seconds
                ELSE :heartbeat_seconds::float8 END),
            :owner::text, true, replay_of, body_hash, trace,
-           end_status, end_result, end_error, :now::timestamptz, :now::timestamptz
+           end_status, end_result, end_error, :now::timestamptz, :now::timestamptz, folded
     FROM ended
     ON CONFLICT DO NOTHING),
 tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
     SELECT queue, id, try, try_key, :now::timestamptz, :now::timestamptz, end_outcome,
-           end_error, end_response FROM ended)
+           end_error, end_response FROM ended WHERE NOT folded)
 SELECT queue, id FROM ended
 
 -- name: requeue

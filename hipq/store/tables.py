@@ -115,6 +115,8 @@ archived_jobs = sa.Table(
     "archived_jobs", metadata, *_job_columns(),
     sa.Column("finished_at", UTCDateTime, nullable=False),
     _column(TRACE),
+    # version 11: the last try's history entry is this row (hipq.store.history)
+    sa.Column("history_folded", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
 )
 sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,

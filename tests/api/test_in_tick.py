@@ -34,3 +34,8 @@ async def test_ticks_follow_each_other_while_capacity_is_the_bound(live: LiveFac
     assert last["result"] == {"n": 199}
     assert last["attempt"] == 1
     assert time.monotonic() - started < 4.0
+    # its history is the one try, as for a job claimed first (on PostgreSQL the
+    # archived row holds it: schema version 11)
+    assert [(h["attempt"], h["outcome"], h["launched_at"] is not None)
+            for h in last["history"]] == [(1, "succeeded", True)]
+    assert last["history_count"] == 1

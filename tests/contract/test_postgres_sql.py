@@ -60,7 +60,10 @@ ARCHIVING = ["archive", "archive_ran", "archive_queued", "expire"]
 def test_every_archiving_statement_copies_every_column(name: str) -> None:
     insert = re.search(r"INSERT INTO archived_jobs \(([^)]*)\)", SQL[name].sql)
     assert insert is not None
-    assert {c.strip() for c in insert[1].split(",")} == {c.name for c in s.archived_jobs.columns}
+    columns = {c.name for c in s.archived_jobs.columns}
+    if name != "archive_ran":  # the only one that folds a try into its row (version 11)
+        columns.remove("history_folded")
+    assert {c.strip() for c in insert[1].split(",")} == columns
 
 
 SHAPES = [("id",), ("id", "token", "data", "body_hash"), tuple(JOB_COLUMNS)]

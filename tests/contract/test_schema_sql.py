@@ -169,6 +169,7 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "DROP INDEX ix_response_inbox_unmatched",  # version 5
     "ALTER TABLE jobs DROP COLUMN trace",  # version 8
     "ALTER TABLE archived_jobs DROP COLUMN trace",
+    "ALTER TABLE archived_jobs DROP COLUMN history_folded",  # version 11
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 
