@@ -244,9 +244,9 @@ def json_copy(value: Any) -> Any:
     if kind in _SCALARS:
         return value
     if kind is dict:
-        return {k: v if type(v) in _SCALARS else json_copy(v) for k, v in value.items()}
+        return _dict_copy(value)
     if kind is list:
-        return [v if type(v) in _SCALARS else json_copy(v) for v in value]
+        return _list_copy(value)
     if isinstance(value, dict):
         return {k: json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -254,6 +254,23 @@ def json_copy(value: Any) -> Any:
     if isinstance(value, str | int | float | bool):
         return value
     return copy.deepcopy(value)
+
+
+def _dict_copy(value: dict[str, Any]) -> dict[str, Any]:
+    """A shallow copy (in C), then a copy of each value that is not a scalar."""
+    out = value.copy()
+    for k, v in value.items():
+        if type(v) not in _SCALARS:
+            out[k] = json_copy(v)
+    return out
+
+
+def _list_copy(value: list[Any]) -> list[Any]:
+    out = value.copy()
+    for i, v in enumerate(value):
+        if type(v) not in _SCALARS:
+            out[i] = json_copy(v)
+    return out
 
 
 def _iso(value: datetime | None) -> str | None:

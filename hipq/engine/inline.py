@@ -56,16 +56,26 @@ def eligible(spec: QueueSpec, target: Target | None, *, listening: bool) -> bool
             and not spec.merge_by_ordering_key and not listening)
 
 
-def try_of(job: Job, *, now: datetime, owner: str, heartbeat_seconds: float | None) -> Job:
+def try_of(job: Job, *, now: datetime, owner: str, heartbeat_seconds: float | None,
+           deadlines: dict[float, datetime] | None = None) -> Job:
     """The queued ``job`` as step 4 would claim it (see ``claim`` in postgres.sql),
-    as a deep copy (:meth:`Job.snapshot`): the function may change it freely."""
+    as a deep copy (:meth:`Job.snapshot`): the function may change it freely.
+    ``deadlines``: the deadline of each timeout at ``now``, filled as met (the tries
+    of a tick share a few timeouts, and a timedelta costs more than the rest)."""
     attempt = job.attempt + 1
     timeout = job.timeout_seconds
     if heartbeat_seconds is not None and timeout >= heartbeat_seconds:
         timeout = heartbeat_seconds
+    known = None if deadlines is None else deadlines.get(timeout)
+    if known is not None:
+        deadline = known
+    else:
+        deadline = now + timedelta(seconds=timeout)
+        if deadlines is not None:
+            deadlines[timeout] = deadline
     key = job.correlation_key if job.correlation_fixed else f"~{job.token}.{attempt}"
     result, error, windows = job.result, job.error, job.time_windows
-    return _try(job, JobState.RUNNING, attempt, key, now + timedelta(seconds=timeout), now,
+    return _try(job, JobState.RUNNING, attempt, key, deadline, now,
                 owner, False, now, json_copy(job.data),
                 None if result is None else json_copy(result),
                 None if error is None else json_copy(error),

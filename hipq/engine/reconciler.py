@@ -559,8 +559,9 @@ class Reconciler:
         spec, target = runtime.spec, runtime.target
         assert target is not None
         heartbeat = spec.heartbeat_timeout_seconds
+        deadlines: dict[float, datetime] = {}
         tries = [inline.try_of(selection.candidates[i], now=now, owner=self.owner,
-                               heartbeat_seconds=heartbeat) for i in ids]
+                               heartbeat_seconds=heartbeat, deadlines=deadlines) for i in ids]
         run = await inline.run_inline(self.launcher, target, tries,
                                       wait=self.config.in_tick_seconds,
                                       concurrency=self.config.launch_concurrency)

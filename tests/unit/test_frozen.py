@@ -59,3 +59,39 @@ def test_quick_init_needs_slots() -> None:
 
     with pytest.raises(TypeError, match="slots"):
         quick_init(Loose)
+
+
+def test_instances_are_built_as_a_plain_class_then_become_the_frozen_one() -> None:
+    """The fast path (hipq.frozen's builder): what is made is an ordinary instance
+    of the class, frozen, equal and hashing as one made field by field."""
+    made = [Point(1, 2, ["t"], label="a"), evolver(Point, ("y",))(Point(1), 2),
+            reader(Point, ["x", "y"])((1, 2))]
+    for p in made:
+        assert type(p) is Point
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            p.y = 9  # type: ignore[misc]
+    assert made[1] == made[2] == Point(1, 2)
+
+
+@quick_init
+@dataclass(frozen=True, slots=True)
+class Pair:
+    a: int
+    b: str = "b"
+
+
+class Tagged(Pair):
+    """A subclass with slots of its own (another layout): made through the fields'
+    descriptors, and stays a Tagged."""
+
+    __slots__ = ("tag",)
+
+
+def test_a_subclass_instance_keeps_its_class() -> None:
+    t = Tagged(1, "x")
+    assert type(t) is Tagged
+    assert (t.a, t.b) == (1, "x")
+    assert Pair(1) == Pair(1, "b")
+    assert hash(Pair(1)) == hash(Pair(1, "b"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.a = 2  # type: ignore[misc]
