@@ -355,3 +355,62 @@ async def test_a_second_daemon_takes_the_queue_and_runs_each_job_once(
     assert sorted(launched) == sorted(f"j{i}" for i in range(10))
     for i in range(10):
         assert (await job(hipq, f"j{i}")).status is JobState.SUCCEEDED
+
+
+async def test_a_backlog_runs_each_job_once_with_the_next_page_read_during_the_archive(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """With more due than a page, each tick reads the next page while its archive is
+    written (PostgreSQL): the jobs that tick ran are left out of it, a job
+    enqueued meanwhile still runs, and each runs exactly once."""
+    target = InProcess(succeeded)
+    reconciler = reconciler_for(store, clock, target, fetch_limit=5)
+    await hipq.create_queue(queue())
+    for i in range(23):
+        await enqueue(hipq, f"j{i:02d}")
+    used: list[list[str]] = []  # the pages read ahead that a tick took
+    take = reconciler._take_prefetch
+
+    async def counted(queue: str, now: Any, *, widen: bool) -> list[Job] | None:
+        page = await take(queue, now, widen=widen)
+        if page is not None:
+            used.append([j.id for j in page])
+        return page
+
+    reconciler._take_prefetch = counted  # type: ignore[method-assign]
+    ticks = 0
+    while len(target.ids()) < 24:
+        result = await tick(reconciler)
+        ticks += 1
+        if ticks == 2:
+            await enqueue(hipq, "late")
+        assert ticks < 20, target.ids()
+    assert (await tick(reconciler)).launched == 0
+    assert sorted(target.ids()) == sorted([f"j{i:02d}" for i in range(23)] + ["late"])
+    assert len(set(target.ids())) == 24  # none twice
+    for i in range(23):
+        assert (await job(hipq, f"j{i:02d}")).status is JobState.SUCCEEDED
+    assert result is not None
+    if store.dialect == "postgresql":  # pages read ahead were used, never a job run
+        assert len(used) >= 3, used
+    else:  # SQLite: every tick reads its own
+        assert used == []
+
+
+async def test_a_job_cancelled_after_the_page_was_read_stays_cancelled(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """A job in a page read ahead and cancelled before the next tick: its try may
+    run (as any in-tick try read before a cancel), but the job stays cancelled,
+    with no second end."""
+    target = InProcess(succeeded)
+    reconciler = reconciler_for(store, clock, target, fetch_limit=3)
+    await hipq.create_queue(queue())
+    for i in range(9):
+        await enqueue(hipq, f"j{i}")
+    await tick(reconciler)  # j0-j2 run; j3-j5 read ahead
+    await hipq.cancel("q", "j4")
+    while (await tick(reconciler)).launched:
+        pass
+    assert (await job(hipq, "j4")).status is JobState.CANCELLED
+    for i in (0, 1, 2, 3, 5, 6, 7, 8):
+        assert (await job(hipq, f"j{i}")).status is JobState.SUCCEEDED
+    assert target.ids().count("j4") <= 1
