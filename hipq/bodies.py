@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from hipq import json_text
 from hipq.config import TimeWindow, known_timezone
+from hipq.frozen import quick_init
 from hipq.jobs import DEFAULT_PRIORITY
 from hipq.tracing import (
     TRACEPARENT_PATTERN,
@@ -135,6 +137,36 @@ _PLAIN = json_text.encoder(sort_keys=True, separators=(",", ":"), ensure_ascii=F
 _MARK = "\x00data\x00"  # where ``data`` goes in the canonical text of the defaults
 _HEAD, _TAIL = EnqueueRequest.model_construct()._canonical().replace(
     '"data":{}', f'"data":{_MARK}', 1).split(_MARK)
+
+
+@quick_init  # made once per batch item
+@dataclass(frozen=True, slots=True)
+class DataOnly:
+    """An enqueue that gives only ``data`` (every other field at its default, no
+    trace context of its own): the same job and the same body hash as
+    ``EnqueueRequest(data=data)``, without a model. ``data`` must be JSON as parsed
+    (str keys, lists, str, int, float, bool, None) and storable (hipq.values: checked
+    by the caller); ``text`` is its canonical JSON text (:meth:`of`), which the
+    body hash is made of and a store may write as the job's data."""
+
+    data: dict[str, Any]
+    text: str
+    traceparent: ClassVar[None] = None  # the request's (or none), as for a model without one
+    trace: ClassVar[None] = None
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> DataOnly:
+        """``data`` with its text (ValueError for NaN or infinity, which no
+        checked value holds)."""
+        return cls(data, _PLAIN(data))
+
+    def body_hash(self) -> str:
+        """:meth:`EnqueueRequest.body_hash` of ``EnqueueRequest(data=data)``."""
+        return hashlib.sha256(f"{_HEAD}{self.text}{_TAIL}".encode()).hexdigest()
+
+    def request(self) -> EnqueueRequest:
+        """The model this stands for."""
+        return EnqueueRequest(data=self.data)
 
 
 class ResponseRequest(BaseModel):

@@ -224,6 +224,23 @@ class Job:
 
 
 _with_copies = evolver(Job, ("data", "result", "error", "time_windows"))
+
+
+class NewJobs(list[Job]):
+    """New jobs with the JSON text of each one's ``data`` (``data_texts[i]`` is
+    ``self[i].data``'s, as the enqueue encoded it for the body hash): a store that
+    writes JSON as text may send it instead of encoding the data again
+    (hipq.store.pgsql). A list of jobs to everyone else."""
+
+    __slots__ = ("data_texts",)
+
+    def __init__(self, jobs: Sequence[Job], data_texts: Sequence[str]) -> None:
+        super().__init__(jobs)
+        if len(data_texts) != len(self):
+            raise ValueError("one data text per job")
+        self.data_texts = data_texts
+
+
 _STATES: dict[str, JobState] = {state.value: state for state in JobState}
 
 

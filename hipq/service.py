@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hipq import tracing
-from hipq.bodies import EnqueueRequest, ResponseRequest
+from hipq.bodies import DataOnly, EnqueueRequest, ResponseRequest
 from hipq.clock import Clock, SystemClock
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.config import QueueConfig
@@ -32,11 +32,13 @@ from hipq.errors import (
     StaleResponse,
     ValidationError,
 )
+from hipq.frozen import evolver
 from hipq.jobs import (
     GENERATED_KEY_PREFIX,
     Attempt,
     Job,
     JobState,
+    NewJobs,
     ResponseStatus,
     expired_error,
     is_job_id,
@@ -170,9 +172,11 @@ class Hipq:
             raise ValidationError(outcome.error or "invalid job")
         return outcome
 
-    async def enqueue_many(self, queue: str, items: Sequence[tuple[str, EnqueueRequest]], *,
+    async def enqueue_many(self, queue: str,
+                           items: Sequence[tuple[str, EnqueueRequest | DataOnly]], *,
                            trace: str | None = None) -> list[InsertOutcome]:
-        """Enqueue many jobs in few statements; one outcome per item, in order.
+        """Enqueue many jobs in few statements; one outcome per item, in order (a
+        :class:`~hipq.bodies.DataOnly` item as its ``EnqueueRequest``).
         ``trace``: the stored form of the request's trace context (hipq.tracing), for
         every item without its own ``traceparent``."""
         config = await self._enqueue_config(queue)
@@ -181,6 +185,7 @@ class Hipq:
         results: dict[int, InsertOutcome] = {}
         jobs: list[tuple[int, Job]] = []
         tokens = os.urandom(16 * len(items)).hex()  # one system call per batch
+        build = JobBuilder(config, now)
         for index, (job_id, request) in enumerate(items):
             if index and not index % YIELD_EVERY:
                 await asyncio.sleep(0)  # noqa: TID251 (a yield: the reconcile loop runs meanwhile)
@@ -188,15 +193,14 @@ class Hipq:
             if spans is not None and job_trace is not None:
                 job_trace = spans.parent(job_trace, job_id)
             try:
-                jobs.append((index, build_job(config, job_id, request, now,
-                                              token=tokens[32 * index:32 * index + 32],
-                                              trace=job_trace)))
+                jobs.append((index, build(job_id, request, tokens[32 * index:32 * index + 32],
+                                          job_trace)))
             except ValidationError as exc:
                 results[index] = InsertOutcome(id=job_id, status=InsertStatus.INVALID,
                                                error=str(exc))
         merging = [(i, j) for i, j in jobs if config.merge_by_ordering_key and j.ordering_key]
         plain = [(i, j) for i, j in jobs if not (config.merge_by_ordering_key and j.ordering_key)]
-        inserted = await self.store.job_insert_many([job for _, job in plain])
+        inserted = await self.store.job_insert_many(build.new_jobs([job for _, job in plain]))
         for (index, _), outcome in zip(plain, inserted, strict=True):
             results[index] = outcome
         for index, job in merging:  # one by one, in order: payloads accumulate in order
@@ -494,6 +498,67 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
         created_at=now, updated_at=now, token=token or uuid.uuid4().hex,
         body_hash=request.body_hash(), trace=trace,
     )
+
+
+# a job of a DataOnly request: the defaults' job with these fields of its own
+_COPY = evolver(Job, ("id", "data", "token", "body_hash", "trace"))
+_COPY_GROUPED = evolver(Job, ("id", "data", "token", "body_hash", "trace", "group_key"))
+_UNBUILT = object()
+
+
+class JobBuilder:
+    """:func:`build_job` for the items of one enqueue under ``config`` at ``now``.
+
+    The job of a :class:`~hipq.bodies.DataOnly` item differs from the job of
+    ``EnqueueRequest()`` (the defaults) only in its id, data, token, body hash and
+    trace, and its quota group: that job is built once, on the first such item, and
+    copied with these (no model, no settings read per item). Where the job depends
+    on more of the data (a correlation key made from it) or the defaults make no
+    job (build_job says why, item by item), each item goes through build_job as
+    ``EnqueueRequest(data=...)``; so does every other request."""
+
+    __slots__ = ("_template", "_texts", "config", "now")
+
+    def __init__(self, config: QueueConfig, now: datetime) -> None:
+        self.config, self.now = config, now
+        self._template: Any = _UNBUILT
+        # the data text of each job built so far, while each one came with its own
+        self._texts: list[str] | None = []
+
+    def __call__(self, job_id: str, request: EnqueueRequest | DataOnly, token: str,
+                 trace: str | None) -> Job:
+        if isinstance(request, DataOnly):
+            template = self._template
+            if template is _UNBUILT:
+                template = self._template = self._defaults_job()
+            if template is not None:
+                if self._texts is not None:
+                    self._texts.append(request.text)
+                quotas = self.config.quotas
+                if quotas is None:
+                    return _COPY(template, job_id, request.data, token, request.body_hash(),
+                                 trace)
+                return _COPY_GROUPED(template, job_id, request.data, token,
+                                     request.body_hash(), trace,
+                                     field_value(request.data, quotas.field))
+            request = request.request()
+        self._texts = None
+        return build_job(self.config, job_id, request, self.now, token=token, trace=trace)
+
+    def new_jobs(self, jobs: list[Job]) -> list[Job]:
+        """``jobs`` (those built, in order, less the ones merged) with their data texts
+        when every one came with its own (:class:`~hipq.jobs.NewJobs`)."""
+        if self._texts is None or len(self._texts) != len(jobs):
+            return jobs
+        return NewJobs(jobs, self._texts)
+
+    def _defaults_job(self) -> Job | None:
+        if self.config.correlation is not None:
+            return None
+        try:
+            return build_job(self.config, "defaults", EnqueueRequest(), self.now, token="-")
+        except ValidationError:
+            return None
 
 
 def _first_open_time(config: QueueConfig, own_windows: list[dict[str, str]] | None,

@@ -38,7 +38,7 @@ from hipq.api.models import (
 from hipq.api.paging import collect_page
 from hipq.api.policy import check_plugin_modules, keep_secrets, redacted
 from hipq.api.stats_cache import STATS, Snapshot
-from hipq.bodies import BatchItem, EnqueueRequest, ResponseRequest
+from hipq.bodies import BatchItem, DataOnly, EnqueueRequest, ResponseRequest
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
@@ -197,7 +197,7 @@ async def enqueue(request: web.Request) -> web.Response:
 
 class _UncheckedItem(BatchItem):
     """A batch item whose ``data`` the handler checks itself: all items' data in one
-    walk (:func:`_batch_items`) instead of one validator call per item."""
+    walk (:func:`_validated_items`) instead of one validator call per item."""
 
     data: dict[str, Any] = Field(default_factory=dict)
 
@@ -221,9 +221,12 @@ def _batch_item(raw: Any) -> tuple[str, EnqueueRequest | str]:
     return item.id, item
 
 
-def _batch_items(raw: list[Any]) -> list[tuple[str, EnqueueRequest | str]]:
-    """All items in one validation when all are valid (the common case), else
-    item by item so each bad one gets its own error."""
+BatchParsed = list[tuple[str, EnqueueRequest | DataOnly | str]]
+
+
+def _validated_items(raw: list[Any]) -> BatchParsed:
+    """All items in one validation when all are valid, else item by item so each bad
+    one gets its own error."""
     try:
         items = _BATCH_ITEMS.validate_python(raw)
     except PydanticValidationError:
@@ -235,11 +238,51 @@ def _batch_items(raw: list[Any]) -> list[tuple[str, EnqueueRequest | str]]:
     return [(item.id, item) for item in items]
 
 
+_ID_AND_DATA = frozenset({"id", "data"})
+_NO_DATA = object()
+
+
+def _batch_items(raw: list[Any]) -> BatchParsed:
+    """(id, request) for each valid item, (id or "", error) for each invalid one.
+
+    The usual item, ``{"id": ..., "data": {...}}`` (or no ``data``) with a valid id
+    and an object as data, becomes a :class:`~hipq.bodies.DataOnly` without a model:
+    such an item is valid exactly when its data is storable (checked for all such
+    items in one walk), and is then what the models make of it. Any other item is
+    validated by the models (:func:`_validated_items`), as is every item when some
+    data is not storable, so each bad one gets the models' own error."""
+    parsed: list[tuple[str, Any]] = []
+    others: list[int] = []  # the positions of the items the models validate
+    for position, item in enumerate(raw):
+        if type(item) is dict and item.keys() <= _ID_AND_DATA:
+            job_id, data = item.get("id"), item.get("data", _NO_DATA)
+            if data is _NO_DATA:
+                data = {}
+            if type(job_id) is str and type(data) is dict and is_job_id(job_id):
+                parsed.append((job_id, data))
+                continue
+        parsed.append(("", None))
+        others.append(position)
+    if len(others) == len(raw):
+        return _validated_items(raw)
+    if json_problem([data for _, data in parsed if data is not None],
+                    max_depth=MAX_DEPTH + 1) is not None:
+        return _validated_items(raw)
+    made: BatchParsed = [(job_id, DataOnly.of(data)) if data is not None
+                         else ("", "")  # the models' answer, below
+                         for job_id, data in parsed]
+    if others:
+        validated = _validated_items([raw[p] for p in others])
+        for position, one in zip(others, validated, strict=True):
+            made[position] = one
+    return made
+
+
 async def enqueue_batch(request: web.Request) -> web.Response:
     queue = _queue_id(request)
     envelope = await read_body(request, BatchEnvelope, check=False)  # items one by one
     parsed = _batch_items(envelope.jobs)
-    valid = [(i, r) for i, r in parsed if isinstance(r, EnqueueRequest)]
+    valid = [(i, r) for i, r in parsed if not isinstance(r, str)]
     outcomes = iter(await _service(request).enqueue_many(
         queue, valid, trace=tracing.from_headers(request.headers)))
     # BatchOut's shape, encoded directly (up to 10,000 items: no model per item); a

@@ -31,7 +31,7 @@ from hipq import json_text
 from hipq.config import QueueConfig
 from hipq.errors import StoreError, TransientStoreError
 from hipq.frozen import evolver
-from hipq.jobs import Attempt, Job, JobState, Ordering, expired_error
+from hipq.jobs import Attempt, Job, JobState, NewJobs, Ordering, expired_error
 from hipq.store import pg_pool
 from hipq.store import versions as s
 from hipq.store.driver import VERSION_KEY, JobKey, QueueCounts
@@ -70,6 +70,9 @@ from hipq.store.rows import (
 log = logging.getLogger(__name__)
 
 INSERT_CHUNK = 10_000  # jobs per INSERT: column arrays, one parameter per column
+# a new job's outcome once its row went in: this one with the job's id and the job
+_CREATED = InsertOutcome(id="", status=InsertStatus.CREATED)
+_created = evolver(InsertOutcome, ("id", "job"))
 
 # a claimed job: the job as fetched, marked running by this try
 _claimed = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "launched_at",
@@ -93,6 +96,11 @@ _LIVE_PAGES = {"running": ("live_running_page", ("after_at", "after_id")),
 MIGRATION_LOCK_KEY = 0x68697071
 # the advisory lock key of recording late responses (any other constant; "hiql")
 LATE_LOCK_KEY = 0x6869716C
+
+
+def _data_texts(jobs: Sequence[Job]) -> Sequence[str] | None:
+    """The JSON text of each job's data, when the caller has it (NewJobs)."""
+    return jobs.data_texts if isinstance(jobs, NewJobs) else None
 
 
 async def _fetch(db: Any, name: str, **values: Any) -> list[Any]:
@@ -197,29 +205,46 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
 
     # -- enqueue -----------------------------------------------------------------------
 
+    async def job_insert_many(self, new_jobs: Sequence[Job]) -> list[InsertOutcome]:
+        """:meth:`DriverBase.job_insert_many`; the usual batch (one chunk, one queue,
+        each id once) is answered in its order, without outcomes by key."""
+        if (len(new_jobs) > INSERT_CHUNK or len({job.queue for job in new_jobs}) > 1
+                or len({job.id for job in new_jobs}) != len(new_jobs)):
+            return await super().job_insert_many(new_jobs)
+        if not new_jobs:
+            return []
+        async with self._driver() as db:
+            return await self._insert_chunk(db, new_jobs, _data_texts(new_jobs))
+
     async def _insert_jobs(self, jobs: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
         outcomes: dict[JobKey, InsertOutcome] = {}
+        texts = _data_texts(jobs)
+        text_chunks = None if texts is None else iter(chunks(texts, INSERT_CHUNK))
         async with self._driver() as db:  # one statement per chunk, each atomic
             for chunk in chunks(jobs, INSERT_CHUNK):
-                outcomes.update(await self._insert_chunk(db, chunk))
+                chunk_texts = None if text_chunks is None else next(text_chunks)
+                answers = await self._insert_chunk(db, chunk, chunk_texts)
+                outcomes.update(zip((job.key for job in chunk), answers, strict=True))
         return outcomes
 
     @staticmethod
-    async def _insert_chunk(db: Any, unique: Sequence[Job]) -> dict[JobKey, InsertOutcome]:
-        """One INSERT of column arrays, first without ON CONFLICT (a repeat of a live
-        job is the rare case; it fails the statement, which then runs guarded); an
-        id already archived is not inserted (it is answered as a repeat of the
-        archived job). When every row went in, nothing is looked up."""
-        sql, args = insert_jobs_call(unique, guarded=False)
+    async def _insert_chunk(db: Any, unique: Sequence[Job],
+                            data_texts: Sequence[str] | None) -> list[InsertOutcome]:
+        """One INSERT of column arrays (text columns packed), first without ON
+        CONFLICT (a repeat of a live job is the rare case; it fails the statement,
+        which then runs guarded); an id already archived is not inserted (it is
+        answered as a repeat of the archived job). When every row went in, nothing
+        is looked up. ``data_texts``: the jobs' data as JSON text, if known. The
+        outcomes come in the order of ``unique`` (jobs of distinct keys)."""
+        sql, args = insert_jobs_call(unique, guarded=False, data_texts=data_texts, packed=True)
         try:
             rows = await db.fetch(sql, *args)
         except asyncpg.UniqueViolationError:
-            sql, args = insert_jobs_call(unique, guarded=True)
+            sql, args = insert_jobs_call(unique, guarded=True, data_texts=data_texts,
+                                         packed=True)
             rows = await db.fetch(sql, *args)
         if len(rows) == len(unique):  # the common case: no lookups, no per-row checks
-            created = InsertStatus.CREATED
-            return {(job.queue, job.id): InsertOutcome(id=job.id, status=created, job=job)
-                    for job in unique}
+            return [_created(_CREATED, job.id, job) for job in unique]
         inserted = {(r["queue"], r["id"]) for r in rows}
         missing: dict[str, list[str]] = {}
         for job in unique:
@@ -230,7 +255,7 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
             for name in ("archived_by_ids", "live_by_ids"):
                 for r in await _fetch(db, name, queue=queue, ids=ids):
                     existing.setdefault((r["queue"], r["id"]), job_from_row(r))
-        return {job.key: insert_outcome(job, inserted, existing) for job in unique}
+        return [insert_outcome(job, inserted, existing) for job in unique]
 
     async def job_merge(self, job: Job) -> InsertOutcome:
         async with self._driver(transaction=True) as db:
