@@ -24,11 +24,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     field_validator,
     model_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
@@ -44,6 +47,7 @@ PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 DEFAULT_PLUGIN_MODULES = ("plugins", "hipq.contrib")
 MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
 MAX_SECONDS = 10 * 365 * 86400.0  # durations beyond this would overflow a timestamp
+HOUR_MINUTE = r"^([01]\d|2[0-3]):[0-5]\d$"
 
 
 def known_timezone(value: str) -> str:
@@ -53,6 +57,37 @@ def known_timezone(value: str) -> str:
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"unknown timezone {value!r}") from None
     return value
+
+
+class Matching:
+    """``Annotated[str, Matching(P)]``: as ``Field(pattern=P)`` (the same JSON
+    schema, the same ``string_pattern_mismatch`` error), checked by Python's
+    ``re.fullmatch`` instead of a Rust regex. pydantic compiles one Rust regex, about
+    20 KB, in every validator a ``pattern=`` field ends up in: the configuration's
+    dozen patterns cost half a MB of a daemon's RSS (docs/benchmarks.md, "Idle
+    memory") for values checked at startup and when a queue is created. The request
+    bodies, checked per job, keep ``pattern=``."""
+
+    __slots__ = ("_regex", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._regex = re.compile(pattern)
+
+    def _check(self, value: str) -> str:
+        if self._regex.fullmatch(value) is None:
+            raise PydanticCustomError("string_pattern_mismatch",
+                                      "String should match pattern '{pattern}'",
+                                      {"pattern": self.pattern})
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any,
+                                     handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {**handler(schema), "pattern": self.pattern}
 
 
 def _plugin_path(value: Any) -> Any:
@@ -68,7 +103,7 @@ def _plugin_path(value: Any) -> Any:
 
 
 # ``module:attr``, as a Python target's function and every plugin are named
-PluginPath = Annotated[str, Field(pattern=PLUGIN_PATH_PATTERN), BeforeValidator(_plugin_path)]
+PluginPath = Annotated[str, Matching(PLUGIN_PATH_PATTERN), BeforeValidator(_plugin_path)]
 
 
 class _Strict(BaseModel):
@@ -181,14 +216,14 @@ class CorrelationConfig(_Strict):
 class TimeWindow(_Strict):
     """A daily window ``[start, end)`` in local time; ``end <= start`` crosses midnight."""
 
-    start: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
-    end: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+    start: Annotated[str, Field(pattern=HOUR_MINUTE)]  # a request body's too: Rust
+    end: Annotated[str, Field(pattern=HOUR_MINUTE)]
 
 
 class Quotas(_Strict):
     """``{field, shares: {group: share}, default?, lend_unused?}`` (see throttling/quotas)."""
 
-    field: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
+    field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
     shares: dict[str, Annotated[float, Field(ge=0, le=1)]]
     default: Annotated[float, Field(ge=0, le=1)] | None = None
     lend_unused: bool = False
@@ -206,7 +241,7 @@ class RateLimit(_Strict):
 
     launches: int = Field(ge=1)
     per_seconds: float = Field(gt=0, le=30 * 86400)
-    by: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
+    by: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
 
 
 class Backoff(_Strict):
@@ -216,7 +251,7 @@ class Backoff(_Strict):
     tries of one job in a row are given back before one counts as failed."""
 
     scope: Literal["queue", "group"] = "queue"
-    field: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
+    field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
     initial_seconds: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
     max_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
     max_throttled: int = Field(default=50, ge=0, le=1_000_000)
@@ -245,7 +280,7 @@ class Adaptive(_Strict):
 class QueueConfig(_Strict):
     """A queue's settings: the same keys in YAML and in ``POST /v1/jobs``."""
 
-    id: Annotated[str, Field(pattern=QUEUE_ID_PATTERN)]
+    id: Annotated[str, Matching(QUEUE_ID_PATTERN)]
     delivery_strategy: DeliveryStrategy = DeliveryStrategy.AT_LEAST_ONCE
     attempts: int = Field(default=3, ge=1, le=1000)
     concurrency: int | None = Field(default=None, ge=1, le=INT32_MAX)
@@ -358,7 +393,7 @@ class ApiConfig(_Strict):
     allow_insecure: bool = False
     # modules (and their submodules) that plugins and Python targets named over
     # ``POST /v1/jobs`` may come from; YAML may name any module
-    plugin_modules: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]] = Field(
+    plugin_modules: list[Annotated[str, Matching(r"^[A-Za-z_][\w.]*$")]] = Field(
         default_factory=lambda: list(DEFAULT_PLUGIN_MODULES))
 
 
@@ -437,8 +472,8 @@ class ScheduleConfig(_Strict):
     """A recurring job: one enqueue into ``queue`` per fire time of ``cron``. The cron
     string and the queue are checked by ``hipq.schedules.check_schedules``."""
 
-    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,60}$")]
-    queue: Annotated[str, Field(pattern=QUEUE_ID_PATTERN)]
+    id: Annotated[str, Matching(r"^[A-Za-z0-9_.-]{1,60}$")]
+    queue: Annotated[str, Matching(QUEUE_ID_PATTERN)]
     cron: Annotated[str, Field(min_length=1, max_length=200)]
     timezone: str = "UTC"
     data: dict[str, Any] = Field(default_factory=dict)
@@ -457,8 +492,8 @@ class ScheduleConfig(_Strict):
 class DashboardConfig(_Strict):
     # a link from a job's page to its trace (docs/traces.md), e.g.
     # "https://grafana.example/explore?traceId={trace_id}"
-    trace_url: str | None = Field(default=None, max_length=2000,
-                                  pattern=r"^https?://[^\s]*\{trace_id\}[^\s]*$")
+    trace_url: Annotated[str, Field(max_length=2000),
+                         Matching(r"^https?://[^\s]*\{trace_id\}[^\s]*$")] | None = None
 
 
 class Settings(_Strict):

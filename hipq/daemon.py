@@ -62,7 +62,8 @@ GC_YOUNG_THRESHOLD = 50_000  # allocations between young-generation collections
 
 
 def settle_heap() -> None:
-    """Once the daemon runs: what startup allocated (modules, settings, the pool)
+    """Once the daemon runs and its first tick (which adopts the running jobs) is
+    done: what startup allocated (modules, settings, the pool, the adopted tries)
     lives as long as the process, so it leaves the cyclic collector's scans
     (``gc.freeze``), and young collections run every 50,000 allocations instead of
     700. A tick allocates a few objects per job of its batch; with the default
@@ -103,6 +104,7 @@ class Daemon:
         self.notifier: Notifier | None = None  # scale-out: LISTEN/NOTIFY (PostgreSQL)
         self._intake_due = True  # look at the intake at the next tick (SPEC 16)
         self._held_before: frozenset[str] = frozenset()
+        self.ticked = asyncio.Event()  # set once a tick ran (hipq run settles its heap then)
 
     # the parts, once open() has run
     @property
@@ -352,6 +354,12 @@ class Daemon:
         """One reconcile pass, run by the driver; never raises. True when more is due
         at once: it launched a full batch, or tries ended within it (in-tick runs:
         the capacity they took is free again, and no answer will wake the next)."""
+        try:
+            return await self._reconcile()
+        finally:
+            self.ticked.set()
+
+    async def _reconcile(self) -> bool:
         started = self.clock.monotonic()
         try:
             more = await self._ingest()

@@ -1,5 +1,9 @@
 """Prometheus metrics of one daemon (docs/operations.md), through ``prometheus-client``.
 
+The daemon counts in plain dictionaries (:class:`Tally`, :class:`BulkHistogram`);
+``prometheus-client`` is imported at the first scrape (or the first read of
+:attr:`Metrics.registry`), which builds the daemon's registry on them
+(:mod:`hipq.metrics_export`): a daemon nobody scrapes never loads it (about 1 MB).
 Each daemon has its own registry (tests run several daemons in one process).
 Counters count what this daemon did and are fed once per tick from the tick's
 :class:`~hipq.engine.ReconcileResult` (the jobs it launched and the changes it
@@ -33,25 +37,19 @@ from __future__ import annotations
 import asyncio
 import bisect
 import re
-from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+import time
+from collections import Counter as Counted
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
-
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
 
 from hipq.config import QUEUE_ID_PATTERN
 from hipq.store import ChangeKind, QueueStats
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from hipq.engine import ReconcileResult
 
 GAUGE_CACHE_SECONDS = 2.0
@@ -71,38 +69,77 @@ _BY_ERROR = {"timeout": "timeout", "lost": "lost", "throttled": "throttled"}
 _FAILED = frozenset({"failed", "retried", "timeout", "lost"})
 
 
-class BulkHistogram(Collector):
-    """A labelled histogram fed many values at once (one bisect per value, no lock
-    per value): ``prometheus_client.Histogram`` takes a lock per observation."""
+def _now() -> float:
+    """Wall time of a label set's first count: its ``_created`` sample, as
+    ``prometheus_client``'s own counters show it."""
+    return time.time()  # noqa: TID251 (a timestamp for Prometheus, not the daemon's clock)
 
-    def __init__(self, name: str, documentation: str, label: str,
+
+class Tally:
+    """A labelled counter in a dictionary: ``inc(("queue", "outcome"), n)``, and
+    ``labels(...).inc(n)`` as ``prometheus_client``'s counters spell it."""
+
+    __slots__ = ("created", "documentation", "label_names", "name", "values")
+
+    def __init__(self, name: str, documentation: str, label_names: Sequence[str]) -> None:
+        self.name, self.documentation = name, documentation
+        self.label_names = tuple(label_names)
+        self.values: dict[tuple[str, ...], float] = {}
+        self.created: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
+        values = self.values
+        if key in values:
+            values[key] += amount
+        else:
+            values[key] = amount
+            self.created[key] = _now()
+
+    def labels(self, *values: str) -> _TallyChild:
+        key = tuple(map(str, values))
+        if len(key) != len(self.label_names):
+            raise ValueError(f"{self.name}: expected labels {self.label_names}, got {values}")
+        if key not in self.values:
+            self.inc(key, 0)
+        return _TallyChild(self, key)
+
+
+@dataclass(frozen=True, slots=True)
+class _TallyChild:
+    tally: Tally
+    key: tuple[str, ...]
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("counters can only be incremented by non-negative amounts")
+        self.tally.inc(self.key, amount)
+
+
+class BulkHistogram:
+    """A histogram, labelled by one label (or none: ``label`` None), fed many values
+    at once (one bisect per value, no lock per value)."""
+
+    def __init__(self, name: str, documentation: str, label: str | None,
                  buckets: Sequence[float]) -> None:
         self.name, self.documentation, self.label = name, documentation, label
         self.bounds = list(buckets)
-        self._counts: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
+        self.counts: dict[str, list[int]] = {}
+        self.sums: dict[str, float] = {}
+        self.created = _now()
+        if label is None:  # shown from the first scrape, zeros until observed
+            self.counts[""], self.sums[""] = [0] * (len(self.bounds) + 1), 0.0
 
     def observe_many(self, label: str, values: Iterable[tuple[float, int]]) -> None:
         """Observe each ``(value, times)``."""
-        counts = self._counts.get(label)
+        counts = self.counts.get(label)
         if counts is None:
-            counts = self._counts[label] = [0] * (len(self.bounds) + 1)
-            self._sums[label] = 0.0
+            counts = self.counts[label] = [0] * (len(self.bounds) + 1)
+            self.sums[label] = 0.0
         total = 0.0
         for value, times in values:
             counts[bisect.bisect_left(self.bounds, value)] += times
             total += value * times
-        self._sums[label] += total
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
-        for label, counts in sorted(self._counts.items()):
-            cumulative, running = [], 0
-            for bound, count in zip([*map(str, self.bounds), "+Inf"], counts, strict=True):
-                running += count
-                cumulative.append((bound, float(running)))
-            family.add_metric([label], cumulative, self._sums[label])
-        yield family
+        self.sums[label] += total
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,65 +157,14 @@ IntakeCounts = Mapping[str, tuple[int, int]]  # (pending, rejected) rows by queu
 GaugeReading = tuple[Sequence[QueueStats], Sequence[QueueWord], IntakeCounts]
 
 
-class QueueGauges(Collector):
-    """``hipq_queue_*`` gauges from the last cached per-queue counts, and the
-    partner's word on each queue."""
+@dataclass(slots=True)
+class QueueGauges:
+    """The last cached per-queue counts, the partner's word on each queue and the
+    intake's rows: the ``hipq_queue_*``, partner and intake gauges."""
 
-    def __init__(self) -> None:
-        self.stats: Sequence[QueueStats] = []
-        self.words: Sequence[QueueWord] = []
-        self.intake: IntakeCounts = {}
-
-    def collect(self) -> Iterator[Metric]:
-        jobs = GaugeMetricFamily("hipq_queue_jobs", "Jobs of a queue by state (queued: all "
-                                 "waiting; due: waiting and due now; running)",
-                                 labels=["queue", "state"])
-        weight = GaugeMetricFamily("hipq_queue_running_weight",
-                                   "Capacity taken by the running jobs of a queue",
-                                   labels=["queue"])
-        lag = GaugeMetricFamily("hipq_queue_lag_seconds", "How long the oldest due job of a "
-                                "queue has waited (0 when none is due)", labels=["queue"])
-        for s in self.stats:
-            for state in ("queued", "due", "running"):
-                jobs.add_metric([s.queue, state], getattr(s, state))
-            weight.add_metric([s.queue], s.running_weight)
-            lag.add_metric([s.queue], s.oldest_due_age_seconds or 0.0)
-        yield from (jobs, weight, lag)
-        yield from self._partner()
-        yield from self._intake()
-
-    def _partner(self) -> Iterator[Metric]:
-        active = GaugeMetricFamily("hipq_backoff_active", "Scopes of a queue (the queue, or "
-                                   "groups) paused by its partner now", labels=["queue"])
-        throttled = CounterMetricFamily("hipq_throttled", "Throttled tries of a queue (the "
-                                        "partner said not now), counted by its owners",
-                                        labels=["queue"])
-        effective = GaugeMetricFamily("hipq_queue_effective_concurrency", "The concurrency "
-                                      "in force: the adaptive limit, else the configured one",
-                                      labels=["queue"])
-        held = GaugeMetricFamily("hipq_queue_held_jobs", "Due jobs held back at the last "
-                                 "tick of a queue, by reason", labels=["queue", "reason"])
-        for w in self.words:
-            active.add_metric([w.queue], w.paused_scopes)
-            throttled.add_metric([w.queue], w.throttled_total)
-            if w.effective_concurrency is not None:
-                effective.add_metric([w.queue], w.effective_concurrency)
-            for reason in (*HELD_REASONS, *sorted(set(w.held) - set(HELD_REASONS))):
-                held.add_metric([w.queue, reason], w.held.get(reason, 0))
-        yield from (active, throttled, effective, held)
-
-    def _intake(self) -> Iterator[Metric]:
-        pending = GaugeMetricFamily("hipq_intake_pending", "Jobs of a queue enqueued from "
-                                    "SQL that its owner has not ingested yet",
-                                    labels=["queue"])
-        rejected = CounterMetricFamily("hipq_intake_rejected", "Rows enqueued from SQL that "
-                                       "were rejected at ingest, kept with their error (GET "
-                                       "/v1/intake?status=rejected)", labels=["queue"])
-        for queue, (waiting, refused) in intake_by_label(
-                [s.queue for s in self.stats], self.intake).items():
-            pending.add_metric([queue], waiting)
-            rejected.add_metric([queue], refused)
-        yield from (pending, rejected)
+    stats: Sequence[QueueStats] = ()
+    words: Sequence[QueueWord] = ()
+    intake: IntakeCounts = field(default_factory=dict)
 
 
 def intake_by_label(known: Sequence[str], counts: IntakeCounts) -> dict[str, tuple[int, int]]:
@@ -200,59 +186,60 @@ class Metrics:
     """The metrics of one daemon."""
 
     def __init__(self, *, monotonic: Callable[[], float]) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
         self._monotonic = monotonic
-        r = self.registry
-        self.enqueued = Counter("hipq_jobs_enqueued", "Jobs created through this daemon "
-                                "(idempotent repeats not counted)", ["queue"], registry=r)
-        self.launches = Counter("hipq_launches", "Tries launched by this daemon", ["queue"],
-                                registry=r)
-        self.outcomes = Counter("hipq_job_outcomes", "Ended tries and jobs by outcome: "
-                                + ", ".join(OUTCOMES), ["queue", "outcome"], registry=r)
-        self.responses = Counter("hipq_responses", "Responses classified by this daemon: "
-                                 + ", ".join(RESPONSE_OUTCOMES), ["outcome"], registry=r)
-        self.tick = Histogram("hipq_tick_duration_seconds", "Duration of one reconcile tick",
-                              buckets=TICK_BUCKETS, registry=r)
+        self.enqueued = Tally("hipq_jobs_enqueued", "Jobs created through this daemon "
+                              "(idempotent repeats not counted)", ["queue"])
+        self.launches = Tally("hipq_launches", "Tries launched by this daemon", ["queue"])
+        self.outcomes = Tally("hipq_job_outcomes", "Ended tries and jobs by outcome: "
+                              + ", ".join(OUTCOMES), ["queue", "outcome"])
+        self.responses = Tally("hipq_responses", "Responses classified by this daemon: "
+                               + ", ".join(RESPONSE_OUTCOMES), ["outcome"])
+        self.tick = BulkHistogram("hipq_tick_duration_seconds", "Duration of one reconcile "
+                                  "tick", None, TICK_BUCKETS)
         self.launch_delay = BulkHistogram("hipq_launch_delay_seconds", "From due (run_at) to "
                                           "launched, per launched try", "queue", DELAY_BUCKETS)
-        r.register(self.launch_delay)
         self.gauges = QueueGauges()
-        r.register(self.gauges)
+        self._registry: CollectorRegistry | None = None
         self._stats_at: float | None = None
         self._refreshing: asyncio.Lock | None = None
         for outcome in RESPONSE_OUTCOMES:
-            self.responses.labels(outcome)  # every family shows from the first scrape
+            self.responses.inc((outcome,), 0)  # every family shows from the first scrape
 
     # -- fed by the daemon ----------------------------------------------------------
 
     def enqueued_jobs(self, queue: str, count: int) -> None:
         if count:
-            self.enqueued.labels(queue).inc(count)
+            self.enqueued.inc((queue,), count)
 
     def observe_tick(self, result: ReconcileResult, seconds: float) -> int:
         """The totals of one tick (called once per tick, after it); returns how many
         tries failed in it (the daemon logs them only then)."""
-        self.tick.observe(seconds)
+        self.tick.observe_many("", ((seconds, 1),))
         failed = 0
-        for (queue, outcome), n in _outcomes(result).items():
-            self.outcomes.labels(queue, outcome).inc(n)
-            if outcome in _FAILED:
+        outcomes = self.outcomes
+        for key, n in _outcomes(result).items():
+            outcomes.inc(key, n)
+            if key[1] in _FAILED:
                 failed += n
         # a tick launches at one time, and jobs enqueued together share run_at: count
         # the distinct (queue, run_at, launched_at) in C, then do the arithmetic per key
         delays: dict[str, list[tuple[float, int]]] = {}
-        for (queue, run_at, launched_at), n in Tally(
+        for (queue, run_at, launched_at), n in Counted(
                 map(_LAUNCH_KEY, result.launched_jobs)).items():
             delay = 0.0 if launched_at is None else (launched_at - run_at).total_seconds()
             delays.setdefault(queue, []).append((max(delay, 0.0), n))
         for queue, values in delays.items():
-            self.launches.labels(queue).inc(sum(n for _, n in values))
+            self.launches.inc((queue,), sum(n for _, n in values))
             self.launch_delay.observe_many(queue, values)
         if result.responses_applied:
-            self.responses.labels("applied").inc(result.responses_applied)
+            self.responses.inc(("applied",), result.responses_applied)
         for outcome, n in result.responses_by_outcome.items():
-            self.responses.labels(outcome).inc(n)
+            self.responses.inc((outcome,), n)
         return failed
+
+    def outcome_totals(self) -> dict[tuple[str, str], float]:
+        """``hipq_job_outcomes_total`` by (queue, outcome), as counted so far."""
+        return {(key[0], key[1]): value for key, value in self.outcomes.values.items()}
 
     # -- served at /metrics -----------------------------------------------------------
 
@@ -267,14 +254,26 @@ class Metrics:
                 self.gauges.stats, self.gauges.words, self.gauges.intake = await read()
                 self._stats_at = self._monotonic()
 
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The daemon's ``prometheus_client`` registry, made (and the library
+        imported) at the first use."""
+        if self._registry is None:
+            from hipq.metrics_export import registry_of
+
+            self._registry = registry_of(self)
+        return self._registry
+
     def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
 
 def _outcomes(result: ReconcileResult) -> dict[tuple[str, str], int]:
     out: dict[tuple[str, str], int] = {}
     extend, requeue = ChangeKind.EXTEND.value, ChangeKind.REQUEUE.value
-    for (queue, kind, status, error), n in Tally(map(_ENDED_KEY, result.ended)).items():
+    for (queue, kind, status, error), n in Counted(map(_ENDED_KEY, result.ended)).items():
         if kind == extend:
             continue
         outcome = _BY_ERROR.get(error or "")

@@ -26,8 +26,7 @@ import logging
 import zoneinfo
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
-
-from apscheduler.triggers.cron import CronTrigger
+from typing import TYPE_CHECKING
 
 from hipq.api.schedule_models import ScheduleOut
 from hipq.bodies import EnqueueRequest
@@ -36,6 +35,9 @@ from hipq.config import ScheduleConfig, Settings
 from hipq.errors import ConfigError, HipqError, QueueNotFound
 from hipq.service import Hipq
 from hipq.store import InsertStatus
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,10 @@ def fire_job_id(schedule_id: str, fire: datetime) -> str:
 
 
 def cron_trigger(schedule: ScheduleConfig) -> CronTrigger:
-    """The schedule's trigger; :class:`ConfigError` for a bad cron string."""
+    """The schedule's trigger; :class:`ConfigError` for a bad cron string. APScheduler
+    is imported here: a config without schedules never loads it (:mod:`hipq.periodic`)."""
+    from apscheduler.triggers.cron import CronTrigger
+
     fields = schedule.cron.split()
     try:
         if len(fields) != 5:

@@ -23,11 +23,11 @@ HISTORY_SHOWN = 50  # history entries in a job's JSON: its last ones (docs/http-
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ErrorDetail(_Out):

@@ -74,15 +74,9 @@ class OutcomeHistory:
         self.recorded_since: datetime | None = None
 
     def _totals(self) -> dict[Key, float]:
-        totals: dict[Key, float] = {}
         if self._metrics is None:
-            return totals
-        for family in self._metrics.outcomes.collect():
-            for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    key = (sample.labels["queue"], sample.labels["outcome"])
-                    totals[key] = sample.value
-        return totals
+            return {}
+        return self._metrics.outcome_totals()
 
     def sample(self) -> None:
         """Add what the counters grew by since the last sample to this minute."""

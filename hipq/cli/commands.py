@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from hipq.targets import build_target
 
 log = logging.getLogger("hipq")
 NOTIFY_CONNECT_SECONDS = 2.0
+SETTLE_AFTER_SECONDS = 60.0  # the heap settles after the first tick, or this long at most
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -90,6 +92,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     async def settle() -> None:
         await ready.wait()
         say_where(daemon)
+        with contextlib.suppress(TimeoutError):  # the first tick adopts the running jobs
+            await asyncio.wait_for(daemon.ticked.wait(), SETTLE_AFTER_SECONDS)
         settle_heap()
 
     settling = asyncio.create_task(settle())

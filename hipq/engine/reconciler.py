@@ -69,6 +69,7 @@ from hipq.engine.launcher import Launcher, LaunchResult
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
 from hipq.engine.partner import PartnerWord
+from hipq.engine.prefetch import PagesAhead
 from hipq.engine.rates import RateLog
 from hipq.engine.result import Counters, ReconcileResult
 from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
@@ -88,7 +89,6 @@ log = logging.getLogger(__name__)
 EXPIRY_SWEEP_LIMIT = 1000  # queued jobs past expires_at archived per sweep
 SWEEP_EVERY = timedelta(seconds=1)  # backlog sweeps at most this often
 IN_TICK_ARCHIVE_CHUNK = 500  # tries ended within a tick per statement (several at once)
-PREFETCH_SECONDS = 1.0  # an in-tick queue's next candidates, read during its archive, keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +100,6 @@ class _Selection:
     runtime: QueueRuntime
     launch: list[str]
     candidates: Mapping[str, Job]
-
-
-@dataclass(slots=True)
-class _Prefetch:
-    """An in-tick queue's next candidates, read while its tick's archive was written
-    (PostgreSQL: the read waits on no lock). ``exclude``: the jobs that tick ran,
-    which the read may still have seen queued."""
-
-    at: datetime
-    reads: asyncio.Future[list[Job]]
-    exclude: frozenset[str]
 
 
 class Reconciler:
@@ -137,7 +126,7 @@ class Reconciler:
         self.partner = PartnerWord(store)  # pauses, adaptive limits, held counts (SPEC 15)
         self._swept_at: datetime | None = None
         self._stopping = False
-        self._prefetched: dict[str, _Prefetch] = {}
+        self.pages_ahead = PagesAhead()  # in-tick runs' next pages (.prefetch)
 
     @property
     def held(self) -> set[str]:
@@ -388,45 +377,14 @@ class Reconciler:
         self.partner.held(spec.id, counts)
 
     async def _fetch(self, spec: QueueSpec, now: datetime, *, widen: bool = False) -> list[Job]:
-        prefetched = await self._take_prefetch(spec.id, now, widen=widen)
-        if prefetched is not None:
-            return prefetched
+        ahead = await self.pages_ahead.take(spec.id, now, widen=widen)
+        if ahead is not None:
+            return ahead
         return await self._read_due(spec, now, widen=widen)
-
-    async def _take_prefetch(self, queue: str, now: datetime, *,
-                             widen: bool) -> list[Job] | None:
-        """The candidates read during the queue's last archive (:meth:`_prefetch`),
-        if they are as good as a read now: at most ``PREFETCH_SECONDS`` old, not
-        for a widened fetch, and with jobs to run (so the ticks go on following
-        each other, and the next one reads afresh what was enqueued meanwhile).
-        Else None (the read is dropped)."""
-        pre = self._prefetched.pop(queue, None)
-        if pre is None:
-            return None
-        try:
-            jobs = await pre.reads
-        except Exception:  # a failed read: read again, now
-            return None
-        kept = [j for j in jobs if j.id not in pre.exclude]
-        if widen or not kept or (now - pre.at).total_seconds() > PREFETCH_SECONDS:
-            return None
-        return kept
-
-    def _prefetch(self, spec: QueueSpec, now: datetime, ran: Sequence[str]) -> None:
-        """Read the queue's next candidates now, while its archive is written: the
-        next tick's fetch overlaps this one's last statements (in-tick runs on
-        PostgreSQL, where a read waits on no write). Over the page, as many rows as
-        ran, since the read may still see them queued."""
-        if self._stopping or self.store.dialect != "postgresql":
-            return
-        reads = asyncio.ensure_future(self._read_due(spec, now, extra=len(ran)))
-        reads.add_done_callback(_quiet)
-        self._prefetched[spec.id] = _Prefetch(at=now, reads=reads, exclude=frozenset(ran))
 
     async def _read_due(self, spec: QueueSpec, now: datetime, *, widen: bool = False,
                         extra: int = 0) -> list[Job]:
-        """The due candidates, read side by side as planned (each read ``extra``
-        rows longer)."""
+        """The due candidates, read side by side as planned (``extra`` rows more)."""
         used = await self.jobs.usage(spec)
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
@@ -635,8 +593,9 @@ class Reconciler:
                 other.append(result)
         # in a few statements side by side, each on its own connection: the database
         # ends them on all its cores while this process reads the next candidates
-        if len(selection.candidates) >= self.config.fetch_limit:  # a backlog
-            self._prefetch(spec, now, ids)
+        if (len(selection.candidates) >= self.config.fetch_limit  # a backlog: the next
+                and not self._stopping and self.store.dialect == "postgresql"):  # page
+            self.pages_ahead.start(spec.id, now, self._read_due(spec, now, extra=len(ids)), ids)
         applied: set[tuple[str, str]] = set()
         for part in await asyncio.gather(*(
                 self.store.job_archive_ran_many(queue=spec.id, changes=chunk, owner=self.owner,
@@ -726,25 +685,15 @@ class Reconciler:
         (and a vacuum under way, and pages read ahead, have ended)."""
         await self.launcher.drain()
         await self.vacuum.wait()
-        for pre in list(self._prefetched.values()):
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await pre.reads
+        await self.pages_ahead.wait()
 
     def stop(self) -> None:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""
         self._stopping = True
         self.leases.stopping = True
-        for pre in self._prefetched.values():
-            pre.reads.cancel()
-        self._prefetched.clear()
+        self.pages_ahead.cancel()
 
 
 def _requeued(changes: Sequence[Change]) -> set[tuple[str, str]]:
     return {(c.queue, c.id) for c in changes if c.kind is ChangeKind.REQUEUE}
 
-
-def _quiet(future: asyncio.Future[Any]) -> None:
-    """A prefetch nobody takes (the daemon stops, the queue is handed over) may have
-    failed: its error is retrieved here, not reported as never retrieved."""
-    if not future.cancelled():
-        future.exception()

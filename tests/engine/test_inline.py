@@ -368,7 +368,7 @@ async def test_a_backlog_runs_each_job_once_with_the_next_page_read_during_the_a
     for i in range(23):
         await enqueue(hipq, f"j{i:02d}")
     used: list[list[str]] = []  # the pages read ahead that a tick took
-    take = reconciler._take_prefetch
+    take = reconciler.pages_ahead.take
 
     async def counted(queue: str, now: Any, *, widen: bool) -> list[Job] | None:
         page = await take(queue, now, widen=widen)
@@ -376,7 +376,7 @@ async def test_a_backlog_runs_each_job_once_with_the_next_page_read_during_the_a
             used.append([j.id for j in page])
         return page
 
-    reconciler._take_prefetch = counted  # type: ignore[method-assign]
+    reconciler.pages_ahead.take = counted  # type: ignore[method-assign]
     ticks = 0
     while len(target.ids()) < 24:
         result = await tick(reconciler)
