@@ -53,8 +53,8 @@ def fire_job_id(schedule_id: str, fire: datetime) -> str:
 
 
 def cron_trigger(schedule: ScheduleConfig) -> CronTrigger:
-    """The schedule's trigger; :class:`ConfigError` for a bad cron string. APScheduler
-    is imported here: a config without schedules never loads it (:mod:`hipq.periodic`)."""
+    """The schedule's trigger; :class:`ConfigError` for a bad cron string. The cron
+    trigger's module is imported here: a config without schedules never loads it."""
     from apscheduler.triggers.cron import CronTrigger
 
     fields = schedule.cron.split()
