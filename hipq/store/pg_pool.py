@@ -23,7 +23,6 @@ new one per request.
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -32,6 +31,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from hipq.errors import TransientStoreError
+from hipq.json_text import json_of
 from hipq.store.pg_url import connect_options
 
 CONNECT_SECONDS = 10.0  # one connection attempt (asyncpg.connect's timeout)
@@ -53,30 +53,6 @@ async def create_pool(url: str, *, pool_size: int, loggers: QueryLoggers) -> Any
         max_inactive_connection_lifetime=0, init=loggers.init, reset=_keep,
         timeout=CONNECT_SECONDS, **keywords)
     return await pool
-
-
-try:  # the C scanner json.loads itself ends in (CPython's _json)
-    from _json import make_scanner as _make_scanner
-except ImportError:  # pragma: no cover (another Python: json.loads)
-    _SCAN: Callable[[str, int], tuple[Any, int]] | None = None
-else:  # (typeshed types its argument as the scanner's own class: the decoder is right)
-    _SCAN = _make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-
-
-def json_of(text: str) -> Any:
-    """``json.loads(text)`` for the text PostgreSQL sends (no whitespace around the
-    value): one call of the decoder's C scanner, without ``json.loads``'s Python
-    layers (0.7 µs against 3 for a small object). Anything else, an error
-    included, goes through ``json.loads``."""
-    if _SCAN is not None:
-        try:
-            value, end = _SCAN(text, 0)
-        except StopIteration:
-            pass
-        else:
-            if end == len(text):
-                return value
-    return json.loads(text)
 
 
 def _jsonb_of(value: bytes) -> Any:

@@ -1,4 +1,4 @@
-"""hipq.store.pg_pool.json_of: how the PostgreSQL driver reads json and jsonb
+"""hipq.json_text.json_of: how the PostgreSQL driver reads json and jsonb
 values, through the C scanner json.loads ends in; the same values as json.loads,
 and its errors, whatever the text."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hipq.store.pg_pool import json_of
+from hipq.json_text import json_of
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
