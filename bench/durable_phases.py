@@ -88,6 +88,8 @@ async def run_durable(args: argparse.Namespace, workdir: Path,
         bootstrap = broker.__enter__() if broker is not None else None
         try:
             for phase in wanted:
+                if phase == "graphile" and "graphile" in details:
+                    continue  # its runs were interleaved with lifecycle-durable's
                 log(f"{phase} (stock durability) ...")
                 started = time.monotonic()
                 try:
@@ -97,6 +99,8 @@ async def run_durable(args: argparse.Namespace, workdir: Path,
                     notes.append(f"{phase} failed: {exc}")
                     details[phase] = {"failed": str(exc)}
                 details[phase]["phase_s"] = round(time.monotonic() - started, 1)
+                if "graphile" in details[phase]:  # measured beside hipq's lifecycle
+                    details["graphile"] = details[phase].pop("graphile")
         finally:
             if broker is not None:
                 broker.__exit__(None, None, None)
@@ -109,8 +113,10 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
                     bootstrap: str | None) -> dict[str, Any]:
     if phase == "lifecycle-durable":
         # the Python target as configured by default (each job claimed, then run) and
-        # with in-tick runs, interleaved run by run
+        # with in-tick runs, interleaved run by run; with the graphile phase, its runs
+        # too (peer_runs), so that both see the machine and the server in the same state
         runs: dict[str, list[dict[str, Any]]] = {"python": [], "python-in-tick": []}
+        peer: list[dict[str, Any]] = []
         for rep in range(args.repeat):
             for target, out in runs.items():
                 out.append(await hs.lifecycle(
@@ -118,8 +124,13 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
                     batch_size=args.batch_size, in_flight=args.batch_in_flight,
                     within=args.wait_seconds,
                     name=f"lcd_{target.replace('-', '_')}_batch_{rep}"))
-        return {"python_batch": median(runs["python"]),
-                "python_in_tick_batch": median(runs["python-in-tick"])}
+            if "graphile" in args.only:
+                peer.append(await graphile_once(server, args))
+        out_phase: dict[str, Any] = {"python_batch": median(runs["python"]),
+                                     "python_in_tick_batch": median(runs["python-in-tick"])}
+        if peer:
+            out_phase["graphile"] = peer_runs(peer)
+        return out_phase
     if phase in ("callback", *KAFKA):
         runs = [await rt.round_trip(server, workdir, kind=phase, jobs=args.rt_jobs,
                                     within=args.rt_wait_seconds, bootstrap=bootstrap,
@@ -145,9 +156,30 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
                 responses=min(args.idle_responses, args.idle_spread_running),
                 queues=args.idle_queues)
         return runs
+    return peer_runs([await graphile_once(server, args) for _ in range(args.repeat)])
+
+
+async def graphile_once(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of graphile-worker at each ``--graphile-concurrency``."""
     return await run_graphile(server, jobs=args.graphile_jobs,
                               concurrency=args.graphile_concurrency,
                               max_seconds=args.graphile_max_seconds)
+
+
+def peer_runs(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """graphile-worker's repetitions as one result: per concurrency, the run of
+    median jobs/s (all runs' rates beside it), as hipq's lifecycle is reported."""
+    failed = next((r for r in reps if r.get("skipped") or "failed" in r), None)
+    if failed is not None:
+        return failed
+    out = {k: v for k, v in reps[0].items() if k != "runs"}
+    by_concurrency: dict[int, list[dict[str, Any]]] = {}
+    for rep in reps:
+        for run in rep["runs"]:
+            by_concurrency.setdefault(run["concurrency"], []).append(run)
+    out["runs"] = [median(runs, "jobs_per_s") for runs in by_concurrency.values()]
+    out["repeat"] = len(reps)
+    return out
 
 
 async def durability(server: str) -> dict[str, str]:
@@ -167,7 +199,8 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
     lcd = details.get("lifecycle-durable", {}).get("python_batch", {})
     tick = details.get("lifecycle-durable", {}).get("python_in_tick_batch", {})
     graphile = details.get("graphile", {})
-    best = max((r["jobs_per_s"] for r in graphile.get("runs", [])), default=None)
+    best = max((r.get("median_jobs_per_s", r["jobs_per_s"]) for r in graphile.get("runs", [])),
+               default=None)
     idle = {k: v for k, v in details.get("idle", {}).items() if k.isdigit()}
     top = idle[max(idle, key=int)] if idle else {}
     return {
@@ -237,8 +270,10 @@ def print_tables(details: dict[str, Any]) -> None:
             print(f"  graphile-worker: skipped ({graphile['reason']})")
         else:
             for run in graphile["runs"]:
+                rate = run.get("median_jobs_per_s", run["jobs_per_s"])
+                every = f" (runs {run['all_jobs_per_s']})" if "all_jobs_per_s" in run else ""
                 print(f"  graphile-worker {graphile['version']} concurrency "
-                      f"{run['concurrency']}: lifecycle {run['jobs_per_s']:,.0f} jobs/s, "
-                      f"work alone {run['work_jobs_per_s']:,.0f} jobs/s")
+                      f"{run['concurrency']}: lifecycle {rate:,.0f} jobs/s{every}, "
+                      f"work alone (median run) {run['work_jobs_per_s']:,.0f} jobs/s")
                 if "cpu_ms_per_job" in run:
                     print(f"    per job: {per_job(run)}")

@@ -302,7 +302,8 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     ("tick_ms_1m", "tick at 1M queued (ms, median)", "<=2x 1k", None),
     # stock durability (issue 12)
     ("durable_lifecycle_jobs_per_s", "lifecycle, python target, fsync on (jobs/s)", "", None),
-    ("graphile_jobs_per_s", "graphile-worker lifecycle, best concurrency (jobs/s)", "", None),
+    ("graphile_jobs_per_s", "graphile-worker lifecycle, best concurrency, median (jobs/s)",
+     "", None),
     ("durable_lifecycle_over_graphile", "hipq lifecycle / graphile-worker, fsync on", ">=", 1.25),
     ("durable_lifecycle_in_tick_jobs_per_s", "  the same, Python target in_tick: true (jobs/s)",
      "", None),

@@ -388,7 +388,7 @@ class Daemon:
             except Exception:  # never the driver's end: the periodic tick carries on
                 log.exception("could not schedule a tick", extra={"action": "tick_error"})
         return (result.launched >= self.settings.reconcile.fetch_limit
-                or result.ran_inline > 0)
+                or result.ran_inline > 0 or result.archiving > 0)
 
     async def _ingest(self) -> bool:
         """The intake's rows of the owned queues become jobs (SPEC 16), when a

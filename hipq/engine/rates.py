@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from hipq.jobs import Job
+from hipq.store import Store
 
 
 @dataclass(slots=True)
@@ -86,6 +87,14 @@ class RateLog:
 
     def queues(self) -> list[str]:
         return [queue for queue, launches in self._queues.items() if launches]
+
+    async def write_back(self, store: Store, queue: str) -> None:
+        """Before a queue is released: its launches as the rate limit must count them
+        (answer times, :meth:`events`), for the next owner; then forgotten here."""
+        events = self.events(queue)
+        if events is not None:
+            await store.launch_events_replace(queue=queue, since=events[0], events=events[1])
+        self.drop_queue(queue)
 
     def drop_queue(self, queue: str) -> None:
         self._queues.pop(queue, None)

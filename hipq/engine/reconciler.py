@@ -50,6 +50,7 @@ from typing import Any
 from hipq.clock import Clock
 from hipq.config import ReconcileConfig, ResponsesConfig
 from hipq.engine import inline
+from hipq.engine.archiving import ArchivesInFlight, archive_ran, count_ran
 from hipq.engine.batch import Batch, LazyJobs
 from hipq.engine.decide import (
     Fetch,
@@ -79,7 +80,6 @@ from hipq.plugins import ThrottleContext, ThrottleResult
 from hipq.retry import RetryFn
 from hipq.spec import QueueSpec
 from hipq.store import Change, ChangeKind, QueueRecord, Store
-from hipq.store.rows import chunks
 from hipq.targets import Target
 from hipq.targets.registry import Targets
 from hipq.throttling import RateBudget, field_value
@@ -88,7 +88,6 @@ log = logging.getLogger(__name__)
 
 EXPIRY_SWEEP_LIMIT = 1000  # queued jobs past expires_at archived per sweep
 SWEEP_EVERY = timedelta(seconds=1)  # backlog sweeps at most this often
-IN_TICK_ARCHIVE_CHUNK = 500  # tries ended within a tick per statement (several at once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +126,7 @@ class Reconciler:
         self._swept_at: datetime | None = None
         self._stopping = False
         self.pages_ahead = PagesAhead()  # in-tick runs' next pages (.prefetch)
+        self.archives = ArchivesInFlight()  # and their archives written meanwhile
 
     @property
     def held(self) -> set[str]:
@@ -138,6 +138,7 @@ class Reconciler:
     async def run_once(self) -> ReconcileResult:
         """One tick: the steps of docs/internals.md ("The tick"), in order."""
         counters, now = Counters(), self.clock.now()
+        self.archives.tick += 1
         queues = {q.id: q for q in await self.store.queue_list()}
         # step 0: leases (adoptions), what launches and responses said, deadlines
         await self._leases(queues, now, counters)
@@ -159,6 +160,8 @@ class Reconciler:
             counters.add("launched", len(launched))
             counters.launched_jobs = launched
             self._launch(to_launch)  # step 5, in the background
+            for done in (await self.archives.collect_older()).values():
+                count_ran(counters, done)  # the last tick's in-tick archives (.archiving)
         except BaseException:
             with contextlib.suppress(BaseException):  # never leave step 3 half-applied
                 await persisting
@@ -166,6 +169,8 @@ class Reconciler:
         await persisting  # step 3 ends here
         self.partner.stamp_held(now)
         await self.partner.save(now)
+        for queue in handing_over:  # nothing of theirs left unwritten
+            count_ran(counters, await self.archives.collect(queue))
         await self._hand_over(handing_over)  # scale-out: after the persist, see .leases
         counters.wake_at = self.partner.next_end(self.held, now)
         result = counters.result()
@@ -214,24 +219,15 @@ class Reconciler:
     async def _hand_over(self, queues: list[str]) -> None:
         if queues:
             for queue in queues:
-                await self._write_back_rate(queue)
+                await self.rates.write_back(self.store, queue)
             await self.leases.release(queues)
             for queue in queues:
                 self.batch.drop_queue(queue)
 
-    async def _write_back_rate(self, queue: str) -> None:
-        """Before a queue is released: its launches as the rate limit must count them
-        (answer times), for the next owner (see .rates)."""
-        events = self.rates.events(queue)
-        if events is not None:
-            await self.store.launch_events_replace(queue=queue, since=events[0],
-                                                   events=events[1])
-        self.rates.drop_queue(queue)
-
     async def write_back_rates(self) -> None:
-        """At shutdown, before every lease is released: :meth:`_write_back_rate`."""
+        """At shutdown, before every lease is released: :meth:`.RateLog.write_back`."""
         for queue in self.rates.queues():
-            await self._write_back_rate(queue)
+            await self.rates.write_back(self.store, queue)
 
     def _adopted(self, held: HeldTry) -> None:
         """An adopted try: a waiting one lets its job go at once (an adoption may
@@ -380,7 +376,9 @@ class Reconciler:
         ahead = await self.pages_ahead.take(spec.id, now, widen=widen)
         if ahead is not None:
             return ahead
-        return await self._read_due(spec, now, widen=widen)
+        writing = self.archives.ids(spec.id)  # still queued until their archive commits
+        jobs = await self._read_due(spec, now, widen=widen, extra=len(writing))
+        return [j for j in jobs if j.id not in writing] if writing else jobs
 
     async def _read_due(self, spec: QueueSpec, now: datetime, *, widen: bool = False,
                         extra: int = 0) -> list[Job]:
@@ -591,21 +589,21 @@ class Reconciler:
                     trace=job.trace))
             else:
                 other.append(result)
-        # in a few statements side by side, each on its own connection: the database
-        # ends them on all its cores while this process reads the next candidates
-        if (len(selection.candidates) >= self.config.fetch_limit  # a backlog: the next
-                and not self._stopping and self.store.dialect == "postgresql"):  # page
+        # a backlog (PostgreSQL): the next page is read, and this page archived, while
+        # the next tick runs (.prefetch, .archiving); else archived now
+        backlog = (len(selection.candidates) >= self.config.fetch_limit
+                   and not self._stopping and self.store.dialect == "postgresql")
+        count_ran(counters, await self.archives.collect(spec.id))  # the last page's
+        if backlog:
             self.pages_ahead.start(spec.id, now, self._read_due(spec, now, extra=len(ids)), ids)
-        applied: set[tuple[str, str]] = set()
-        for part in await asyncio.gather(*(
-                self.store.job_archive_ran_many(queue=spec.id, changes=chunk, owner=self.owner,
-                                                now=now, heartbeat_seconds=heartbeat)
-                for chunk in chunks(ends, IN_TICK_ARCHIVE_CHUNK))):
-            applied |= part
-        done = [c for c in ends if (c.queue, c.id) in applied]
-        counters.add("finished", len(done))
-        counters.add("ran_inline", len(done))
-        counters.ended = [*counters.ended, *done]
+        writes = archive_ran(self.store, spec, ends, owner=self.owner, now=now)
+        if backlog and ends:
+            self.archives.start(spec.id, writes, ends)
+            counters.add("archiving", len(ends))
+            applied = {(c.queue, c.id) for c in ends}  # as far as this tick knows
+        else:
+            applied = await writes
+            count_ran(counters, [c for c in ends if (c.queue, c.id) in applied])
         # what ran and is not archived: claimed now, its answers the usual way (a job
         # the claim misses, cancelled meanwhile, say, has its answer dropped)
         claim_now = [r.job.id for r in other] + [j.id for j in run.unanswered]
@@ -686,6 +684,7 @@ class Reconciler:
         await self.launcher.drain()
         await self.vacuum.wait()
         await self.pages_ahead.wait()
+        await self.archives.wait()
 
     def stop(self) -> None:
         """Stop launching new jobs (graceful shutdown); running jobs stay running."""

@@ -29,6 +29,9 @@ class ReconcileResult:
     throttler_errors: int = 0
     throttled: int = 0  # tries the partner throttled (SPEC 15)
     ran_inline: int = 0  # tries claimed and ended in one statement (hipq.engine.inline)
+    # tries run within the tick whose archive is written while the next tick runs
+    # (hipq.engine.archiving): counted in finished and ran_inline by that tick
+    archiving: int = 0
     # for metrics (hipq.metrics) and failure logs, by reference: no per-job work here
     launched_jobs: Sequence[Job] = ()
     ended: Sequence[Change] = ()
