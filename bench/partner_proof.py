@@ -194,9 +194,10 @@ def queue_config(partner_url: str, mode: str, settings: dict[str, dict[str, Any]
             "adaptive": dict(settings["adaptive"]), "backoff": dict(settings["backoff"])}
 
 
-def partner_args(mode: str, refuse_as: str, retry_after: str) -> list[str]:
+def partner_args(mode: str, refuse_as: str, retry_after: str,
+                 latency: float = PARTNER_LATENCY_SECONDS) -> list[str]:
     return ["--concurrency", str(PARTNER_CONCURRENCY), "--latency",
-            str(PARTNER_LATENCY_SECONDS), "--mode", mode, "--refuse-as", refuse_as,
+            str(latency), "--mode", mode, "--refuse-as", refuse_as,
             "--retry-after", retry_after]
 
 
@@ -271,12 +272,14 @@ async def run_proof(*, database: str, daemons: int = 1, kill_one: bool = False,
                     settings: dict[str, dict[str, Any]] | None = None,
                     refuse_as: str = "429", retry_after: str = "none",
                     within: float = 300.0, name: str = "partner",
-                    event_loop: str = "auto") -> dict[str, Any]:
+                    event_loop: str = "auto",
+                    latency: float = PARTNER_LATENCY_SECONDS) -> dict[str, Any]:
     """One proof run (see the module docstring); the report as a dict, with
     ``"passed"`` and ``"criteria"``. ``database``: "sqlite" or a PostgreSQL server
     URL (a fresh database is made on it and dropped after). ``event_loop``: the
     daemons' ``event_loop`` setting (``auto``, hipq's default, is uvloop where
-    installed)."""
+    installed). ``latency``: how long the partner takes to answer (its capacity is
+    ``C / latency``)."""
     if daemons > 1 and database == "sqlite":
         raise ValueError("several daemons need PostgreSQL")
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
@@ -292,7 +295,7 @@ async def run_proof(*, database: str, daemons: int = 1, kill_one: bool = False,
         report = await _run(db_url, reader, daemons=daemons, kill_one=kill_one, jobs=jobs,
                             workdir=workdir, mode=mode, settings=settings,
                             refuse_as=refuse_as, retry_after=retry_after, within=within,
-                            name=name, event_loop=event_loop)
+                            name=name, event_loop=event_loop, latency=latency)
     finally:
         await reader.close()
         if database != "sqlite":
@@ -305,13 +308,14 @@ async def run_proof(*, database: str, daemons: int = 1, kill_one: bool = False,
 async def _run(db_url: str, reader: Reader, *, daemons: int, kill_one: bool, jobs: int,
                workdir: Path, mode: str, settings: dict[str, dict[str, Any]],
                refuse_as: str, retry_after: str, within: float, name: str,
-               event_loop: str) -> dict[str, Any]:
+               event_loop: str, latency: float) -> dict[str, Any]:
     load_before = loadavg()
     postmaster = None if reader.pg_url is None else await postmaster_pid(reader.pg_url)
     pg_cpu_before = tree_cpu(postmaster, children=True)
     run = Run(jobs=jobs)
     async with AsyncExitStack() as stack:
-        partner = await PartnerProcess.start(*partner_args(mode, refuse_as, retry_after))
+        partner = await PartnerProcess.start(*partner_args(mode, refuse_as, retry_after,
+                                                                   latency))
         stack.push_async_callback(partner.stop)
         reconcile: dict[str, Any] = {"interval_seconds": 1.0}
         if daemons > 1:
@@ -338,7 +342,7 @@ async def _run(db_url: str, reader: Reader, *, daemons: int, kill_one: bool, job
            "postgres": None if pg_cpu_before is None or pg_cpu_after is None
            else round(pg_cpu_after - pg_cpu_before, 2)}
     report = summarize(run, stats, outcome, settings=settings, mode=mode, cpu=cpu,
-                       load=[load_before, loadavg()])
+                       load=[load_before, loadavg()], latency=latency)
     report["event_loop"] = event_loop
     return report
 
@@ -412,13 +416,14 @@ def _accepted(status: Any) -> bool:
     return status in (200, 202)
 
 
-def after_warmup(requests: list[list[Any]], t0: float) -> dict[str, Any]:
+def after_warmup(requests: list[list[Any]], t0: float,
+                 latency: float = PARTNER_LATENCY_SECONDS) -> dict[str, Any]:
     """Launches, refusals and the accepted rate from ``t0 + WARMUP_SECONDS`` to the
     end of the last accepted request."""
     start = t0 + WARMUP_SECONDS
     late = [r for r in requests if r[0] >= start]
     accepted = [r for r in late if _accepted(r[2])]
-    end = max((r[0] for r in accepted), default=start) + PARTNER_LATENCY_SECONDS
+    end = max((r[0] for r in accepted), default=start) + latency
     span = end - start
     refused = len(late) - len(accepted)
     rate = len(accepted) / span if span > 1.0 else None
@@ -427,7 +432,7 @@ def after_warmup(requests: list[list[Any]], t0: float) -> dict[str, Any]:
             "throttled_share": round(refused / len(late), 4) if late else None,
             "accepted_per_s": None if rate is None else round(rate, 1),
             "accepted_share_of_capacity": None if rate is None
-            else round(rate / CAPACITY_PER_S, 3)}
+            else round(rate * latency / PARTNER_CONCURRENCY, 3)}
 
 
 def criteria(after: dict[str, Any], outcome: dict[str, Any], jobs: int) -> dict[str, bool]:
@@ -442,17 +447,18 @@ def criteria(after: dict[str, Any], outcome: dict[str, Any], jobs: int) -> dict[
 
 def summarize(run: Run, stats: dict[str, Any], outcome: dict[str, Any], *,
               settings: dict[str, dict[str, Any]], mode: str, cpu: dict[str, Any],
-              load: list[list[float]]) -> dict[str, Any]:
+              load: list[list[float]],
+              latency: float = PARTNER_LATENCY_SECONDS) -> dict[str, Any]:
     requests = stats["requests"]
     t0 = requests[0][0] if requests else run.started
-    after = after_warmup(requests, t0)
+    after = after_warmup(requests, t0, latency)
     checks = criteria(after, outcome, run.jobs)
     wall = run.done_s
     return {
         "passed": all(checks.values()), "criteria": checks,
         "jobs": run.jobs, "mode": mode, "settings": settings,
-        "partner": {"concurrency": PARTNER_CONCURRENCY, "latency_s": PARTNER_LATENCY_SECONDS,
-                    "capacity_per_s": CAPACITY_PER_S},
+        "partner": {"concurrency": PARTNER_CONCURRENCY, "latency_s": latency,
+                    "capacity_per_s": PARTNER_CONCURRENCY / latency},
         "launches": len(requests), "accepted": stats["accepted"],
         "throttled": stats["refused"], "partner_max_in_flight": stats["max_in_flight"],
         "after_warmup": after, **outcome,

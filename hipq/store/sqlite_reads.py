@@ -5,6 +5,8 @@ schema and the engine are in :mod:`hipq.store.sqlite`, whose store builds on thi
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -161,8 +163,8 @@ class SQLiteReads(StoreBase):
 
     async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:
         async with self._tx() as conn:
-            return [job_from_row(r._mapping)
-                    for r in await conn.execute(due_query(shape, now=now, limit=limit))]
+            return [job_from_row(r._mapping) for r in await conn.execute(
+                due_statement(shape), {DUE_NOW: now, DUE_LIMIT: limit})]
 
     # -- why a job waits (SPEC 15): read when one job is asked for, never by a tick ---
 
@@ -272,18 +274,30 @@ async def stored_jobs(conn: AsyncConnection, table: sa.Table,
 # -- the due query -----------------------------------------------------------------------
 
 
+DUE_NOW, DUE_LIMIT = "due_now", "due_limit"  # the parameters of due_statement
+DUE_STATEMENTS = 256  # shapes whose statements are kept (a shape per queue and read)
+
+
 def due_query(shape: DueShape, *, now: datetime, limit: int) -> sa.Select[Any]:
     """Queued jobs of ``shape.queue`` with ``run_at <= now`` in the queue's order
     (time then priority when ``critical_only``), at most ``limit``."""
+    return due_statement(shape).params({DUE_NOW: now, DUE_LIMIT: limit})
+
+
+@functools.lru_cache(maxsize=DUE_STATEMENTS)
+def due_statement(shape: DueShape) -> sa.Select[Any]:
+    """:func:`due_query` with ``now`` and the limit as parameters (:data:`DUE_NOW`,
+    :data:`DUE_LIMIT`): built once per shape, since building the statement cost a
+    tick more than running it (1.3 ms against 2 on a 2-core EPYC)."""
     t = s.jobs
     order = ((t.c.run_at, t.c.priority, t.c.id) if shape.by_time
              else (t.c.priority, t.c.run_at, t.c.id))
-    due_now = sa.literal(now, s.UTCDateTime)
+    due_now = sa.bindparam(DUE_NOW, type_=s.UTCDateTime)
     stmt = (sa.select(t).where(t.c.queue == shape.queue, t.c.status == s.QUEUED,
                                t.c.run_at <= due_now,
                                sa.or_(t.c.ordering_key.is_(None),
                                       ~_key_blocked(due_now, relaxed=shape.relaxed)))
-            .order_by(*order).limit(limit))
+            .order_by(*order).limit(sa.bindparam(DUE_LIMIT, type_=sa.Integer)))
     if shape.critical_only:
         stmt = stmt.where(t.c.critical == sa.true())
     if shape.group is not None:
