@@ -6,7 +6,6 @@ schema and the engine are in :mod:`hipq.store.sqlite`, whose store builds on thi
 from __future__ import annotations
 
 import functools
-
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
