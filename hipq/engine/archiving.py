@@ -25,11 +25,11 @@ from hipq.engine.result import Counters
 from hipq.errors import HipqError
 from hipq.spec import QueueSpec
 from hipq.store import Change, Store
+from hipq.store.common import JobKey
 from hipq.store.rows import chunks
 
 log = logging.getLogger(__name__)
 
-JobKey = tuple[str, str]  # (queue, id)
 IN_TICK_ARCHIVE_CHUNK = 500  # tries ended within a tick per statement (several at once)
 
 
