@@ -25,7 +25,7 @@ from hipq.engine.result import Counters
 from hipq.errors import HipqError
 from hipq.spec import QueueSpec
 from hipq.store import Change, Store
-from hipq.store.common import JobKey
+from hipq.store.driver import JobKey
 from hipq.store.rows import chunks
 
 log = logging.getLogger(__name__)
