@@ -122,8 +122,8 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
                 out.append(await hs.lifecycle(
                     server, workdir, target=target, mode="batch", jobs=args.jobs,
                     batch_size=args.batch_size, in_flight=args.batch_in_flight,
-                    within=args.wait_seconds,
-                    name=f"lcd_{target.replace('-', '_')}_batch_{rep}"))
+                    within=args.wait_seconds, py_spy=bool(getattr(args, "py_spy", False))
+                    and rep == 0, name=f"lcd_{target.replace('-', '_')}_batch_{rep}"))
             if "graphile" in args.only:
                 peer.append(await graphile_once(server, args))
         out_phase: dict[str, Any] = {"python_batch": median(runs["python"]),
