@@ -70,7 +70,7 @@ from hipq.engine.launcher import Launcher, LaunchResult
 from hipq.engine.leases import Leases, adopt
 from hipq.engine.maintenance import Vacuum
 from hipq.engine.partner import PartnerWord
-from hipq.engine.prefetch import PagesAhead
+from hipq.engine.prefetch import PagesAhead, in_order, read_after
 from hipq.engine.rates import RateLog
 from hipq.engine.result import Counters, ReconcileResult
 from hipq.engine.runtimes import QueueRuntime, Runtimes, TargetFactory
@@ -373,17 +373,20 @@ class Reconciler:
         self.partner.held(spec.id, counts)
 
     async def _fetch(self, spec: QueueSpec, now: datetime, *, widen: bool = False) -> list[Job]:
-        ahead = await self.pages_ahead.take(spec.id, now, widen=widen)
-        if ahead is not None:
+        if (ahead := await self.pages_ahead.take(spec.id, now, widen=widen)) is not None:
             return ahead
         writing = self.archives.ids(spec.id)  # still queued until their archive commits
         jobs = await self._read_due(spec, now, widen=widen, extra=len(writing))
         return [j for j in jobs if j.id not in writing] if writing else jobs
 
     async def _read_due(self, spec: QueueSpec, now: datetime, *, widen: bool = False,
-                        extra: int = 0) -> list[Job]:
-        """The due candidates, read side by side as planned (``extra`` rows more)."""
-        used = await self.jobs.usage(spec)
+                        extra: int = 0, ran: Sequence[Job] = ()) -> list[Job]:
+        """The due candidates, read side by side as planned (``extra`` rows more;
+        ``ran``: the jobs that ran of the page this one follows, see .prefetch)."""
+        plan = plan_fetch(spec, await self.jobs.usage(spec), self.config.fetch_limit,
+                          widen=widen)
+        if ran and (page := await read_after(self.store, spec, plan, now, ran)) is not None:
+            return page
 
         def read(fetch: Fetch) -> asyncio.Future[list[Job]]:
             return asyncio.ensure_future(self.store.job_fetch_due(
@@ -393,11 +396,9 @@ class Reconciler:
                 default_group_excluding=fetch.default_group_excluding))
 
         # side by side (reads, each on its own connection); merged in plan order
-        plan = plan_fetch(spec, used, self.config.fetch_limit, widen=widen)
-        if extra:
-            plan = [replace(f, limit=f.limit + extra) for f in plan]
-        reads = [read(f) for f in plan]
-        done = await asyncio.gather(*reads, return_exceptions=True)
+        if extra or ran:
+            plan = [replace(f, limit=f.limit + extra + len(ran)) for f in plan]
+        done = await asyncio.gather(*(read(f) for f in plan), return_exceptions=True)
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -595,7 +596,8 @@ class Reconciler:
                    and not self._stopping and self.store.dialect == "postgresql")
         count_ran(counters, await self.archives.collect(spec.id))  # the last page's
         if backlog:
-            self.pages_ahead.start(spec.id, now, self._read_due(spec, now, extra=len(ids)), ids)
+            ran = in_order(selection.candidates, ids)
+            self.pages_ahead.start(spec.id, now, self._read_due(spec, now, ran=ran), ids)
         writes = archive_ran(self.store, spec, ends, owner=self.owner, now=now)
         if backlog and ends:
             self.archives.start(spec.id, writes, ends)

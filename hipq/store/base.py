@@ -22,6 +22,7 @@ Guarantees common to every method:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -179,6 +180,16 @@ class Store(Protocol):
         (``key_mode="relaxed_on_retry"``: a job waiting for its retry does not hold
         the later ones back).
         """
+
+    async def job_fetch_due_after(self, *, queue: str, now: datetime, limit: int,
+                                  ordering: Ordering, after: Job, ran: AbstractSet[str],
+                                  key_mode: str = "strict") -> list[Job] | None:
+        """:meth:`job_fetch_due`'s plain read (no group), from the job after
+        ``after`` in ``ordering``; or None where every queued job due at ``now``
+        from the first up to ``after`` is not in ``ran`` (the tries that ran of the
+        page ending at ``after``): one was enqueued ahead of it meanwhile, or was
+        held back, and a read from the start is needed. None also where the driver
+        has no such read (the caller reads from the start)."""
 
     async def launch_events_recent(self, *, queue: str,
                                    since: datetime) -> dict[str, list[datetime]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -167,6 +168,12 @@ class DriverBase(abc.ABC):
         return await self._fetch_due(DueShape(
             queue=queue, ordering=ordering, critical_only=critical_only, group=group,
             default_group_excluding=excluding, key_mode=key_mode), now=now, limit=limit)
+
+    async def job_fetch_due_after(self, *, queue: str, now: datetime, limit: int,
+                                  ordering: Ordering, after: Job, ran: AbstractSet[str],
+                                  key_mode: str = "strict") -> list[Job] | None:
+        """None: this driver reads from the start (PostgreSQL's reads after)."""
+        return None
 
     @abc.abstractmethod
     async def _fetch_due(self, shape: DueShape, *, now: datetime, limit: int) -> list[Job]:

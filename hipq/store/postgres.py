@@ -18,9 +18,11 @@ trips), several in one asyncpg transaction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -35,7 +37,7 @@ from hipq.jobs import Attempt, Job, JobState, NewJobs, Ordering, expired_error
 from hipq.store import pg_pool
 from hipq.store import versions as s
 from hipq.store.driver import VERSION_KEY, JobKey, QueueCounts
-from hipq.store.due import DueShape
+from hipq.store.due import RELAXED, DueShape
 from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
 from hipq.store.listing import listed_response
 from hipq.store.pg_connections import PgConnections
@@ -351,6 +353,24 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         else:
             name, values["excluding"] = f"due_{order}", list(shape.default_group_excluding or ())
         return jobs_from_rows(await self._fetch(name, **values))
+
+    async def job_fetch_due_after(self, *, queue: str, now: datetime, limit: int,
+                                  ordering: Ordering, after: Job, ran: AbstractSet[str],
+                                  key_mode: str = "strict") -> list[Job] | None:
+        """Two reads side by side: the page after ``after`` (an index range that
+        starts there), and the ids up to it (one column, not whole rows: the jobs
+        that ran are not read again). Each has its own snapshot; a job enqueued
+        ahead in between is in neither, and in the next page's ids (which reach
+        further): it waits one page, never more."""
+        order = "time" if ordering is Ordering.TIME_THEN_PRIORITY else "priority"
+        key = {"queue": queue, "now": now, "after_priority": after.priority,
+               "after_run_at": after.run_at, "after_id": after.id}
+        head, page = await asyncio.gather(
+            self._fetch(f"due_head_{order}", limit=len(ran) + 1, **key),
+            self._fetch(f"due_{order}_after", limit=limit, relaxed=key_mode == RELAXED, **key))
+        if any(r["id"] not in ran for r in head):
+            return None
+        return jobs_from_rows(page)
 
     async def job_count_due(self, *, queue: str, now: datetime, limit: int) -> int:
         row = await self._fetchrow("count_due", queue=queue, now=now, limit=limit)

@@ -238,6 +238,48 @@ WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
            AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
 ORDER BY j.priority, j.run_at, j.id LIMIT :limit
 
+-- The page after a page that ran within its tick (hipq.engine.prefetch): the due
+-- jobs after the last one it ran, in the queue's order (a plain read: no quota
+-- group), and the ids of the queued ones up to that one (they all ran, or the page
+-- is not used).
+-- name: due_priority_after
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.priority, j.run_at, j.id)
+      > (:after_priority::int, :after_run_at::timestamptz, :after_id::text)
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.priority, j.run_at, j.id LIMIT :limit
+
+-- name: due_time_after
+SELECT * FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.run_at, j.priority, j.id)
+      > (:after_run_at::timestamptz, :after_priority::int, :after_id::text)
+  AND (j.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
+      AND (k.status = 'running' OR (k.status = 'queued'
+           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
+           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
+ORDER BY j.run_at, j.priority, j.id LIMIT :limit
+
+-- name: due_head_priority
+SELECT j.id FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.priority, j.run_at, j.id)
+      <= (:after_priority::int, :after_run_at::timestamptz, :after_id::text)
+ORDER BY j.priority, j.run_at, j.id LIMIT :limit
+
+-- name: due_head_time
+SELECT j.id FROM jobs j
+WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.run_at, j.priority, j.id)
+      <= (:after_run_at::timestamptz, :after_priority::int, :after_id::text)
+ORDER BY j.run_at, j.priority, j.id LIMIT :limit
+
 -- name: due_critical
 SELECT * FROM jobs j
 WHERE j.queue = :queue AND j.status = 'queued' AND j.critical = true

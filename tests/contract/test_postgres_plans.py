@@ -202,6 +202,30 @@ async def test_a_page_reads_its_index_from_the_previous_page_on(
         assert "Index Cond" in scan, json.dumps(plan, indent=1)
 
 
+AFTER = [  # a page read ahead of an in-tick queue (hipq.engine.prefetch): from the last
+    # job that ran on, and the ids up to it
+    ("due_priority_after", "ix_jobs_due_priority"), ("due_time_after", "ix_jobs_due_time"),
+    ("due_head_priority", "ix_jobs_due_priority"), ("due_head_time", "ix_jobs_due_time"),
+]
+
+
+@pytest.mark.parametrize(("name", "index"), AFTER)
+async def test_a_page_after_the_last_that_ran_bounds_its_index_range_there(
+        store: Store, clock: FakeClock, name: str, index: str) -> None:
+    """The key of the last job that ran is an index condition of the generic plan:
+    the page after it starts its range there, the ids up to it end theirs there."""
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    await _backlog(store, clock)
+    values = {"queue": "q", "now": clock.now(), "limit": 50, "relaxed": False,
+              "after_priority": 0, "after_run_at": clock.now(), "after_id": "q0100"}
+    plan = await generic_plan(store, name, seqscan=False,
+                              **{k: v for k, v in values.items() if k in SQL[name].params})
+    _assert_reads(plan, "jobs", {index}, ordered=True)
+    (scan,) = main_scans(plan, "jobs")
+    assert "ROW(" in scan.get("Index Cond", ""), json.dumps(plan, indent=1)
+
+
 async def test_past_tries_are_found_by_key_through_an_index(store: Store,
                                                             clock: FakeClock) -> None:
     """A response no live job claims is looked up among past tries by its key, once

@@ -414,3 +414,43 @@ async def test_a_job_cancelled_after_the_page_was_read_stays_cancelled(
     for i in (0, 1, 2, 3, 5, 6, 7, 8):
         assert (await job(hipq, f"j{i}")).status is JobState.SUCCEEDED
     assert target.ids().count("j4") <= 1
+
+
+async def test_pages_read_ahead_start_after_the_last_job_that_ran(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """PostgreSQL reads the page after a page that ran from its last job on (the jobs
+    that ran are not read again); a job enqueued ahead of the backlog meanwhile is
+    seen (that page is read from the start) and runs within two ticks."""
+    target = InProcess(succeeded)
+    reconciler = reconciler_for(store, clock, target, fetch_limit=4)
+    await hipq.create_queue(queue())
+    for i in range(20):
+        await enqueue(hipq, f"j{i:02d}")
+    answers: list[bool] = []  # whether each read after a page gave that page
+    read_after = store.job_fetch_due_after
+
+    async def counted(**kwargs: Any) -> list[Job] | None:
+        page = await read_after(**kwargs)
+        answers.append(page is not None)
+        return page
+
+    store.job_fetch_due_after = counted  # type: ignore[method-assign]
+    await tick(reconciler)
+    await tick(reconciler)
+    await enqueue(hipq, "urgent", priority=-1)
+    ticks_until_urgent = 0
+    while "urgent" not in target.ids():
+        await tick(reconciler)
+        ticks_until_urgent += 1
+    while (await tick(reconciler)).launched:
+        pass
+    assert ticks_until_urgent <= 2
+    assert sorted(target.ids()) == sorted([f"j{i:02d}" for i in range(20)] + ["urgent"])
+    assert len(set(target.ids())) == 21  # none twice
+    ran_order = [i for i in target.ids() if i != "urgent"]
+    assert ran_order == sorted(ran_order)  # the backlog in its order
+    if store.dialect == "postgresql":
+        assert answers.count(True) >= 3, answers
+        assert False in answers, answers  # the page the urgent job came ahead of
+    else:
+        assert answers == []
