@@ -74,14 +74,18 @@ def lean_imports() -> None:
     for lists read about once per HTTP request (0.2 µs more a request in pure
     Python). Set ``FROZENLIST_NO_EXTENSIONS`` (an empty value keeps the extension)
     to decide it yourself; the variable set here is removed once ``frozenlist`` is
-    imported, so processes the daemon starts see the environment it was given."""
-    if "frozenlist" in sys.modules or FROZENLIST_SWITCH in os.environ:
-        return
-    os.environ[FROZENLIST_SWITCH] = "1"
-    try:
-        import frozenlist  # noqa: F401  (it reads the variable once, at import)
-    finally:
-        del os.environ[FROZENLIST_SWITCH]
+    imported, so processes the daemon starts see the environment it was given.
+    Then aiohttp's two default client TLS contexts load the CA certificates at their
+    first handshake, not at import: about 2 MB (:mod:`hipq.cli.lean_tls`)."""
+    if "frozenlist" not in sys.modules and FROZENLIST_SWITCH not in os.environ:
+        os.environ[FROZENLIST_SWITCH] = "1"
+        try:
+            import frozenlist  # noqa: F401  (it reads the variable once, at import)
+        finally:
+            del os.environ[FROZENLIST_SWITCH]
+    from hipq.cli.lean_tls import defer_aiohttp_ca_loading
+
+    defer_aiohttp_ca_loading()
 
 
 def import_paths(config: str | None) -> None:
