@@ -134,6 +134,7 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
     if phase in ("callback", *KAFKA):
         runs = [await rt.round_trip(server, workdir, kind=phase, jobs=args.rt_jobs,
                                     within=args.rt_wait_seconds, bootstrap=bootstrap,
+                                    py_spy=bool(getattr(args, "py_spy", False)) and rep == 0,
                                     name=f"rt_{phase.replace('-', '_')}_{rep}")
                 for rep in range(args.rt_repeat)]
         return median(runs)

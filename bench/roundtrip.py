@@ -151,9 +151,11 @@ async def wait_archived(conn: asyncpg.Connection, queue: str, jobs: int,
 
 
 async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within: float,
-                     bootstrap: str | None = None, name: str) -> dict[str, Any]:
+                     bootstrap: str | None = None, name: str,
+                     py_spy: bool = False) -> dict[str, Any]:
     """``kind``: callback | kafka | kafka-header. Paused queue, N jobs, resume, time
-    until all archived."""
+    until all archived. ``py_spy``: the daemon runs under py-spy (its profile beside
+    its log)."""
     db = f"bench_{name.replace('-', '_')}"
     url = await fresh_database(server, db)
     queue = "rt"
@@ -196,7 +198,8 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
                     "response": HAND_TEMPLATE if HAND_WRITTEN else KIT_TEMPLATE}
         config = {**hipq_config(url, port, [queue_cfg], reconcile), **extra}
         config["api"]["public_url"] = f"http://127.0.0.1:{port}"
-        async with hipq_daemon(config, workdir, name) as daemon, \
+        async with hipq_daemon(config, workdir, name,
+                               py_spy=workdir if py_spy else None) as daemon, \
                 aiohttp.ClientSession() as session:
             bodies = [json.dumps({"jobs": [
                 {"id": f"{name}-{i}", "data": {"orderId": f"o{i}", "version": 1, "n": i}}

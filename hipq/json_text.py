@@ -21,10 +21,12 @@ _MAKE = getattr(_json_encoder, "c_make_encoder", None)
 
 
 def encoder(*, sort_keys: bool = False, ensure_ascii: bool = True, allow_nan: bool = True,
-            separators: tuple[str, str] = (", ", ": ")) -> Callable[[Any], str]:
-    """``JSONEncoder(...).encode`` with these options, its C encoder built once."""
+            separators: tuple[str, str] = (", ", ": "),
+            default: Callable[[Any], Any] | None = None) -> Callable[[Any], str]:
+    """``JSONEncoder(...).encode`` with these options, its C encoder built once
+    (``default``: what a value JSON cannot hold becomes, as for ``JSONEncoder``)."""
     plain = json.JSONEncoder(sort_keys=sort_keys, ensure_ascii=ensure_ascii,
-                             allow_nan=allow_nan, separators=separators)
+                             allow_nan=allow_nan, separators=separators, default=default)
     if _MAKE is None:
         return plain.encode
     markers: dict[int, Any] = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import time
 import uuid
@@ -18,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from hipq import tracing
+from hipq import json_text, tracing
 from hipq.bodies import DataOnly, EnqueueRequest, ResponseRequest
 from hipq.clock import Clock, SystemClock
 from hipq.config import HttpTarget as HttpTargetConfig
@@ -429,7 +428,7 @@ class Hipq:
         return await self.store.inbox_counts()
 
 
-_DIGEST_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+_DIGEST_JSON = json_text.encoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
 def response_digest(correlation_key: str, response: ResponseRequest, *,

@@ -51,7 +51,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
-from hipq import tracing
+from hipq import json_text, tracing
 from hipq.config import HttpTarget as HttpTargetConfig
 from hipq.errors import ConfigError, TransientLaunchError
 from hipq.jobs import ErrorKind, Job
@@ -69,7 +69,7 @@ RETRYABLE_4XX = frozenset({408, 429})
 MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 EPOCH_AFTER_SECONDS = 365 * 86400.0  # a reset larger than this is an epoch time
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # a launch's body, made once
+_ENCODE = json_text.encoder(separators=(",", ":"))  # a launch's body
 
 
 class HttpClient:

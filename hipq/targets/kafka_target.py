@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -50,7 +49,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from hipq import tracing
+from hipq import json_text, tracing
 from hipq.clock import Clock, SystemClock
 from hipq.config import KafkaConfig
 from hipq.config import KafkaTarget as KafkaTargetConfig
@@ -69,7 +68,7 @@ ATTEMPT_HEADER = "Hipq-Attempt"
 ACK_GRACE_SECONDS = 2.0  # beyond the producer's own delivery timeout
 
 Headers = Sequence[tuple[str, bytes]]
-_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_ENCODE = json_text.encoder(separators=(",", ":"), default=str)
 
 
 class Slots:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ OPTIONS: list[dict[str, Any]] = [
     {},
     {"separators": (",", ":")},
     {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False, "allow_nan": False},
+    {"sort_keys": True, "separators": (",", ":"), "default": str},  # a response's digest
 ]
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
@@ -37,6 +40,18 @@ def _outcome(encode: Any, value: Any) -> tuple[str, Any]:
 def test_the_text_or_the_error_of_json(options: dict[str, Any], value: Any) -> None:
     fast = encoder(**options)
     assert _outcome(fast, value) == _outcome(json.JSONEncoder(**options).encode, value)
+
+
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_default_makes_what_json_cannot_hold_as_json_encoder_does(sort_keys: bool) -> None:
+    """A response's digest and a Kafka launch's value (``default=str``): a datetime,
+    a Decimal or a set becomes its ``str``, at any depth, as JSONEncoder makes it."""
+    value = {"at": datetime(2026, 11, 28, 9, 30, tzinfo=UTC), "b": [Decimal("1.50"), {3}],
+             "a": {"nested": datetime(2026, 1, 1)}, "n": None}
+    options: dict[str, Any] = {"sort_keys": sort_keys, "separators": (",", ":"), "default": str}
+    text = encoder(**options)(value)
+    assert text == json.JSONEncoder(**options).encode(value)
+    assert '"2026-11-28 09:30:00+00:00"' in text and '"1.50"' in text
 
 
 def test_dumps_is_json_dumps() -> None:
