@@ -9,6 +9,8 @@ SQLAlchemy pool it replaces was (no SQLAlchemy is imported; it cost the daemon a
   connection, then fails as :class:`~hipq.errors.TransientStoreError`;
 * ``json`` and ``jsonb`` values are read as Python values and written as JSON text,
   with the codecs SQLAlchemy's asyncpg dialect installed (binary format);
+  ``timestamptz`` values as asyncpg reads and writes them, the instants read
+  recently kept (:mod:`hipq.store.pg_time`);
 * a connection goes back to the pool as it is (rolled back only if a transaction was
   left open): no reset statement, so a checkout and a check-in cost no round trip.
 
@@ -32,6 +34,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from hipq.errors import TransientStoreError
 from hipq.json_text import json_of
+from hipq.store import pg_time
 from hipq.store.pg_url import connect_options
 
 CONNECT_SECONDS = 10.0  # one connection attempt (asyncpg.connect's timeout)
@@ -60,7 +63,9 @@ def _jsonb_of(value: bytes) -> Any:
 
 
 async def _set_codecs(conn: Any) -> None:
-    """JSON values in and out, as SQLAlchemy's asyncpg dialect set them up."""
+    """JSON values in and out, as SQLAlchemy's asyncpg dialect set them up; times as
+    asyncpg makes them, the recent ones kept (:mod:`hipq.store.pg_time`)."""
+    await pg_time.install(conn)
     await conn.set_type_codec("json", encoder=str.encode,
                               decoder=lambda value: json_of(value.decode()),
                               schema="pg_catalog", format="binary")
