@@ -83,6 +83,8 @@ _END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "out
                      "response")
 _ENCODE = json_text.encoder(separators=(",", ":"))
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
+# a due page's key to start after, for the queue's first page (see "due_time")
+_FROM_THE_FIRST = {"after_priority": None, "after_run_at": None, "after_id": None}
 SKIPPED_ROUNDS = 2  # step 3: changes sent again after a concurrent update skipped them
 # a response as a row of the inbox_insert statement's JSON array
 _INBOX_ROW = attrgetter("correlation_key", "attempt", "status", "retryable", "result",
@@ -352,6 +354,8 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
             name, values["group"] = f"due_group_{order}", shape.group
         else:
             name, values["excluding"] = f"due_{order}", list(shape.default_group_excluding or ())
+            if not shape.critical_only:  # from the first due job on (job_fetch_due_after)
+                values |= _FROM_THE_FIRST
         return jobs_from_rows(await self._fetch(name, **values))
 
     async def job_fetch_due_after(self, *, queue: str, now: datetime, limit: int,
@@ -367,7 +371,8 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
                "after_run_at": after.run_at, "after_id": after.id}
         head, page = await asyncio.gather(
             self._fetch(f"due_head_{order}", limit=len(ran) + 1, **key),
-            self._fetch(f"due_{order}_after", limit=limit, relaxed=key_mode == RELAXED, **key))
+            self._fetch(f"due_{order}", limit=limit, relaxed=key_mode == RELAXED, excluding=[],
+                        **key))
         if any(r["id"] not in ran for r in head):
             return None
         return jobs_from_rows(page)

@@ -215,10 +215,17 @@ ORDER BY id LIMIT :limit
 -- an ordering key is due only if it heads its key: no job of the key runs and none
 -- queued comes before it; with :relaxed, a queued one waiting for its retry does not
 -- hold the later ones back.
+-- A page starts after a key (:after_*, NULLs for the queue's first due job; see the
+-- keyset pages above): the page after a page that ran within its tick
+-- (hipq.engine.prefetch) starts after the last job it ran, with no :excluding (a
+-- plain read: no quota group); due_head_* reads the ids of the queued ones up to
+-- that job (they all ran, or the page is not used).
 
 -- name: due_time
 SELECT * FROM jobs j
 WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.run_at, j.priority, j.id) > (COALESCE(:after_run_at::timestamptz, '-infinity'),
+      COALESCE(:after_priority::int, -2147483648), COALESCE(:after_id::text, ''))
   AND (j.group_key IS NULL OR j.group_key <> ALL(:excluding::text[]))
   AND (j.ordering_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
@@ -230,6 +237,8 @@ ORDER BY j.run_at, j.priority, j.id LIMIT :limit
 -- name: due_priority
 SELECT * FROM jobs j
 WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
+  AND (j.priority, j.run_at, j.id) > (COALESCE(:after_priority::int, -2147483648),
+      COALESCE(:after_run_at::timestamptz, '-infinity'), COALESCE(:after_id::text, ''))
   AND (j.group_key IS NULL OR j.group_key <> ALL(:excluding::text[]))
   AND (j.ordering_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
@@ -237,34 +246,6 @@ WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
            AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
            AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
 ORDER BY j.priority, j.run_at, j.id LIMIT :limit
-
--- The page after a page that ran within its tick (hipq.engine.prefetch): the due
--- jobs after the last one it ran, in the queue's order (a plain read: no quota
--- group), and the ids of the queued ones up to that one (they all ran, or the page
--- is not used).
--- name: due_priority_after
-SELECT * FROM jobs j
-WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
-  AND (j.priority, j.run_at, j.id)
-      > (:after_priority::int, :after_run_at::timestamptz, :after_id::text)
-  AND (j.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
-      AND (k.status = 'running' OR (k.status = 'queued'
-           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
-           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
-ORDER BY j.priority, j.run_at, j.id LIMIT :limit
-
--- name: due_time_after
-SELECT * FROM jobs j
-WHERE j.queue = :queue AND j.status = 'queued' AND j.run_at <= :now::timestamptz
-  AND (j.run_at, j.priority, j.id)
-      > (:after_run_at::timestamptz, :after_priority::int, :after_id::text)
-  AND (j.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM jobs k WHERE k.queue = j.queue AND k.ordering_key = j.ordering_key
-      AND (k.status = 'running' OR (k.status = 'queued'
-           AND (k.key_order_at, k.id) < (j.key_order_at, j.id)
-           AND NOT (:relaxed::bool AND k.attempt > 0 AND k.run_at > :now)))))
-ORDER BY j.run_at, j.priority, j.id LIMIT :limit
 
 -- name: due_head_priority
 SELECT j.id FROM jobs j

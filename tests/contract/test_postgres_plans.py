@@ -117,10 +117,11 @@ async def test_marking_stale_responses_scans_the_inbox_once(store: Store,
 
 # -- step 1 and the listings: generic plans read their index, in its order ----------------
 
+FROM_THE_FIRST = {"after_priority": None, "after_run_at": None, "after_id": None}
 DUE = [  # (block, extra values, the indexes it may read)
-    ("due_time", {"excluding": []}, {"ix_jobs_due_time"}),
-    ("due_time", {"excluding": ["g1"]}, {"ix_jobs_due_time"}),
-    ("due_priority", {"excluding": []}, {"ix_jobs_due_priority"}),
+    ("due_time", {"excluding": [], **FROM_THE_FIRST}, {"ix_jobs_due_time"}),
+    ("due_time", {"excluding": ["g1"], **FROM_THE_FIRST}, {"ix_jobs_due_time"}),
+    ("due_priority", {"excluding": [], **FROM_THE_FIRST}, {"ix_jobs_due_priority"}),
     ("due_critical", {"excluding": []}, {"ix_jobs_due_critical"}),
     ("due_group_time", {"group": "g1"}, {"ix_jobs_due_group_time"}),
     ("due_group_priority", {"group": "g1"}, {"ix_jobs_due_group_priority"}),
@@ -168,6 +169,9 @@ async def test_a_due_fetch_reads_its_partial_index_in_order(
                                   limit=100, relaxed=relaxed, **values)
         assert plan["Node Type"] == "Limit", plan
         _assert_reads(plan, "jobs", indexes)
+        if "after_id" in values:  # the first page's bound too is an index condition
+            (scan,) = main_scans(plan, "jobs")
+            assert "ROW(" in scan.get("Index Cond", ""), json.dumps(plan, indent=1)
 
 
 PAGES = [  # (block, values, the indexes it may read, whether the index gives the order)
@@ -204,7 +208,7 @@ async def test_a_page_reads_its_index_from_the_previous_page_on(
 
 AFTER = [  # a page read ahead of an in-tick queue (hipq.engine.prefetch): from the last
     # job that ran on, and the ids up to it
-    ("due_priority_after", "ix_jobs_due_priority"), ("due_time_after", "ix_jobs_due_time"),
+    ("due_priority", "ix_jobs_due_priority"), ("due_time", "ix_jobs_due_time"),
     ("due_head_priority", "ix_jobs_due_priority"), ("due_head_time", "ix_jobs_due_time"),
 ]
 
@@ -217,7 +221,7 @@ async def test_a_page_after_the_last_that_ran_bounds_its_index_range_there(
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
     await _backlog(store, clock)
-    values = {"queue": "q", "now": clock.now(), "limit": 50, "relaxed": False,
+    values = {"queue": "q", "now": clock.now(), "limit": 50, "relaxed": False, "excluding": [],
               "after_priority": 0, "after_run_at": clock.now(), "after_id": "q0100"}
     plan = await generic_plan(store, name, seqscan=False,
                               **{k: v for k, v in values.items() if k in SQL[name].params})

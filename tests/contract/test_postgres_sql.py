@@ -135,7 +135,6 @@ def test_every_statement_is_the_drivers() -> None:
     families = {f"due_{group}{order}" for group in ("", "group_")
                 for order in ("time", "priority", "critical")}
     families |= {f"archived_page{q}{st}" for q in ("", "_queue") for st in ("", "_status")}
-    families |= {f"due_{order}_after" for order in ("time", "priority")}
     families |= {f"due_head_{order}" for order in ("time", "priority")}
     families |= {str(kind) for kind in ChangeKind}
     unused = [name for name in SQL if f'"{name}"' not in source and name not in families]
