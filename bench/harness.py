@@ -342,6 +342,17 @@ def verdict(key: str, value: Any, op: str, goal: float | None, head: dict[str, A
     return "met" if met else "NOT met"
 
 
+def _shown(value: Any) -> str:
+    """A table value: ratios and small figures with three significant digits (a
+    ratio of 1.24 against a goal of 1.25 must not read 1.2, nor an idle CPU of
+    0.014 read 0.0), larger ones with one decimal."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    return f"{value:,}"
+
+
 def print_table(results: dict[str, Any]) -> None:
     head = results
     print(f"\nhipq benchmarks, {results['date']}, {results['machine']['cores']} cores, "
@@ -350,8 +361,7 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"{'measure':<56} {'value':>10}  {'goal':>9}  verdict")
     for key, label, op, goal in TARGETS:
         value = head.get(key)
-        shown = "-" if value is None else (f"{value:,.1f}" if isinstance(value, float)
-                                          else f"{value:,}")
+        shown = _shown(value)
         goal_text = op if goal is None else f"{op} {goal:,g}"
         print(f"{label:<56} {shown:>10}  {goal_text:>9}  {verdict(key, value, op, goal, head)}")
     details = results["details"]
