@@ -1,4 +1,4 @@
--- hipq schema version 11. Generated from hipq/store/schema.py
+-- hipq schema version 12. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -129,7 +129,8 @@ CREATE TABLE jobs (
 	body_hash TEXT NOT NULL, 
 	trace TEXT, 
 	CONSTRAINT jobs_pkey PRIMARY KEY (queue, id)
-);
+)
+ WITH (fillfactor = 70);
 
 CREATE INDEX ix_jobs_due_critical ON jobs (queue, run_at, priority, id) WHERE status = 'queued' AND critical = true;
 
