@@ -226,7 +226,7 @@ CREATE TABLE response_inbox (
 	UNIQUE (dedup_key)
 );
 
-CREATE INDEX ix_response_inbox_applied ON response_inbox (applied_at);
+CREATE INDEX ix_response_inbox_applied ON response_inbox (applied_at) WHERE applied_at IS NOT NULL;
 
 CREATE INDEX ix_response_inbox_pending_key ON response_inbox (correlation_key) WHERE applied_at IS NULL;
 

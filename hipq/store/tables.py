@@ -169,7 +169,9 @@ sa.Index("ix_response_inbox_pending_key", response_inbox.c.correlation_key,
          postgresql_where=_pending, sqlite_where=_pending)
 sa.Index("ix_response_inbox_pending_received", response_inbox.c.received_at,
          postgresql_where=_pending, sqlite_where=_pending)
-sa.Index("ix_response_inbox_applied", response_inbox.c.applied_at)
+_applied = response_inbox.c.applied_at.is_not(None)  # version 12
+sa.Index("ix_response_inbox_applied", response_inbox.c.applied_at,
+         postgresql_where=_applied, sqlite_where=_applied)
 # Only the few rows marked unmatched are in it (new rows have no outcome yet, so an
 # insert adds no entry): the operators' listing of them, newest first.
 _unmatched = response_inbox.c.outcome == UNMATCHED

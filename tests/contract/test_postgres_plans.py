@@ -230,6 +230,25 @@ async def test_a_page_after_the_last_that_ran_bounds_its_index_range_there(
     assert "ROW(" in scan.get("Index Cond", ""), json.dumps(plan, indent=1)
 
 
+async def test_pruning_reads_the_applied_responses_through_their_partial_index(
+        store: Store, clock: FakeClock) -> None:
+    """Since schema version 12 the index of applied responses leaves the pending
+    ones out; the pruning's ``applied_at < :before`` still reads it, in order."""
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=f"k-{i}") for i in range(300)], now=clock.now())
+    await store.inbox_mark_many([(i, InboxOutcome.APPLIED) for i in ids[:200] if i is not None],
+                                now=clock.advance(1))
+    plan = await generic_plan(store, "prune", seqscan=False, before=clock.advance(1), limit=100)
+    shown = json.dumps(plan, indent=1)
+    reads = [n for n in nodes(plan) if n.get("Relation Name") == "response_inbox"
+             and "applied_at" in n.get("Index Cond", "") + n.get("Filter", "")]
+    assert [(n["Node Type"], n.get("Index Name")) for n in reads] == [
+        ("Index Scan", "ix_response_inbox_applied")], shown
+    assert not [n for n in nodes(plan) if "Sort" in n["Node Type"]], shown
+
+
 async def test_past_tries_are_found_by_key_through_an_index(store: Store,
                                                             clock: FakeClock) -> None:
     """A response no live job claims is looked up among past tries by its key, once

@@ -176,6 +176,8 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "ALTER TABLE jobs DROP COLUMN trace",  # version 8
     "ALTER TABLE archived_jobs DROP COLUMN trace",
     "ALTER TABLE archived_jobs DROP COLUMN history_folded",  # version 11
+    "DROP INDEX ix_response_inbox_applied",  # version 12
+    "CREATE INDEX ix_response_inbox_applied ON response_inbox (applied_at)",
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 

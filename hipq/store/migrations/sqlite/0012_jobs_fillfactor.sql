@@ -1,2 +1,0 @@
--- Schema version 12: on PostgreSQL, room on the jobs table's pages for updates in
--- place (fillfactor 70). SQLite has no such setting: nothing changes here.
