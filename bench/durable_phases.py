@@ -22,6 +22,7 @@ import kafka_phases as kp
 import roundtrip as rt
 from common import log, postgres
 from peer_graphile import run_graphile
+from pg_costs import pg_per_job
 
 PHASES = ("lifecycle-durable", "callback", "kafka", "kafka-header", *kp.PHASES, "idle",
           "graphile")
@@ -255,7 +256,8 @@ def print_tables(details: dict[str, Any]) -> None:
             print(f"  {name:<14} {run['median_completed_jobs_per_s']:>8,.0f}  "
                   f"{cpu['hipq']:.1f} / {cpu['postgres']:.1f} / {cpu['other']:.1f}   "
                   f"({run['archived']:,}/{run['jobs']:,}; runs "
-                  f"{run['all_completed_jobs_per_s']})")
+                  f"{run['all_completed_jobs_per_s']})"
+                  + (f"; {pg_per_job(run['pg'])}" if run.get("pg") else ""))
     kp.print_rows(details)
     for key, run in details.get("idle", {}).items():
         if not isinstance(run, dict) or "rss_mb" not in run:

@@ -51,6 +51,7 @@ from common import (
 )
 from hipq_scenarios import enqueue_batches
 from kafka_responder import KIT_TEMPLATE
+from pg_costs import PgCosts, pg_per_job
 from roundtrip import (
     ORDER_TEMPLATE_REQUEST,
     CpuMeter,
@@ -206,7 +207,9 @@ async def kafka_load(server: str, workdir: Path, *, phase: str, jobs: int, withi
             if broker is not None:
                 trees["broker"] = (broker, True)
             meter, idle = CpuMeter(**trees), IdleMeter()
+            costs = PgCosts(server, db)
             await asyncio.sleep(1)  # the daemon's start-up is over
+            await costs.start()
             meter.start()
             idle.start()
             t0 = time.time()
@@ -215,6 +218,7 @@ async def kafka_load(server: str, workdir: Path, *, phase: str, jobs: int, withi
             archived = await wait_archived(conn, queue, jobs, within)
             cpu = meter.stop()
             machine = idle.stop()
+            pg = await costs.stop(jobs)
             idle_share = machine["idle_share"]
             load_after = loadavg()
             row = await conn.fetchrow(
@@ -238,7 +242,7 @@ async def kafka_load(server: str, workdir: Path, *, phase: str, jobs: int, withi
            "completed_jobs_per_s": round(archived / elapsed, 1), **stages,
            "cpu_s": cpu, "cpu_ms_per_job": {k: round(v * 1000 / max(archived, 1), 3)
                                             for k, v in cpu.items()},
-           "idle_share": idle_share, "machine_busy_cpu_s": machine["busy_cpu_s"],
+           "pg": pg, "idle_share": idle_share, "machine_busy_cpu_s": machine["busy_cpu_s"],
            "unaccounted_cpu_s": round(machine["busy_cpu_s"] - sum(cpu.values()), 2),
            "top_processes_cpu_s": machine["top_processes_cpu_s"], "peak_rss_mb": round(rss, 1),
            "loadavg_before": load_before, "loadavg_after": load_after,
@@ -247,7 +251,8 @@ async def kafka_load(server: str, workdir: Path, *, phase: str, jobs: int, withi
     log(f"  {name}: {out['completed_jobs_per_s']:,.0f} jobs/s ({archived:,}/{jobs:,} in "
         f"{elapsed:.1f} s); round trip p50/p99 {rt['p50']}/{rt['p99']} ms; CPU ms/job "
         + " / ".join(f"{k} {v:.3f}" for k, v in out["cpu_ms_per_job"].items())
-        + f"; idle {idle_share:.0%}; load {load_before} -> {load_after}; CPU s of the "
+        + f"; {pg_per_job(pg)}; idle {idle_share:.0%}; load {load_before} -> {load_after}; "
+        f"CPU s of the "
         f"machine {machine['busy_cpu_s']}, {out['unaccounted_cpu_s']} outside the four; "
         f"top {machine['top_processes_cpu_s']}")
     return out
@@ -263,6 +268,7 @@ def print_rows(details: dict[str, Any]) -> None:
         print(f"  {phase:<15} {run['median_completed_jobs_per_s']:>8,.0f} jobs/s  round trip "
               f"p50/p99 {rt['p50']}/{rt['p99']} ms  CPU ms/job "
               + " / ".join(f"{k} {v:.3f}" for k, v in per_job.items())
+              + (f"  {pg_per_job(run['pg'])}" if run.get("pg") else "")
               + f"  idle {run['idle_share']:.0%}  load {run['loadavg_before'][0]}"
               f"->{run['loadavg_after'][0]}  ({run['archived']:,}/{run['jobs']:,}; runs "
               f"{run['all_completed_jobs_per_s']})")

@@ -68,3 +68,11 @@ class PgCosts:
             return out
         finally:
             await self._conn.close()
+
+
+def pg_per_job(costs: dict[str, Any]) -> str:
+    """What ``PgCosts.stop`` measured, for a log line."""
+    statements, ms = costs.get("statements_per_job"), costs.get("statement_ms_per_job")
+    head = ("PostgreSQL" if statements is None
+            else f"PostgreSQL {statements} statements, {ms} ms of statement time,")
+    return f"{head} WAL {costs.get('wal_bytes_per_job')} B a job"

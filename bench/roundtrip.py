@@ -53,6 +53,7 @@ from common import (
 )
 from hipq_scenarios import enqueue_batches
 from kafka_responder import HAND_TEMPLATE, KIT_TEMPLATE
+from pg_costs import PgCosts, pg_per_job
 
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
@@ -214,12 +215,15 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
                 await conn.execute("ANALYZE")
                 meter = CpuMeter(hipq=(daemon.pid, False), postgres=(postmaster, True),
                                  other=(other_pid, True))
+                costs = PgCosts(server, db)
+                await costs.start()
                 meter.start()
                 t0 = time.time()
                 async with session.post(f"{daemon.base_url}/v1/jobs/{queue}/resume") as answer:
                     answer.raise_for_status()
                 archived = await wait_archived(conn, queue, jobs, within)
                 cpu = meter.stop()
+                pg = await costs.stop(jobs)
                 row = await conn.fetchrow(
                     "SELECT count(*) FILTER (WHERE status = 'succeeded') AS ok, "
                     "extract(epoch FROM max(finished_at))::float8 AS last "
@@ -234,11 +238,11 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
            "seconds": round(elapsed, 2), "completed_jobs_per_s": round(archived / elapsed, 1),
            "cpu_s": cpu, "cpu_ms_per_job": {k: round(v * 1000 / max(archived, 1), 3)
                                             for k, v in cpu.items()},
-           "peak_rss_mb": round(rss, 1), "loadavg_before": load_before,
+           "pg": pg, "peak_rss_mb": round(rss, 1), "loadavg_before": load_before,
            "loadavg_after": loadavg()}
     log(f"  {name}: {out['completed_jobs_per_s']:,.0f} jobs/s ({archived:,}/{jobs:,} in "
         f"{elapsed:.1f} s); CPU s hipq {cpu['hipq']:.1f} / PostgreSQL {cpu['postgres']:.1f} / "
-        f"other side {cpu['other']:.1f}")
+        f"other side {cpu['other']:.1f}; {pg_per_job(pg)}")
     return out
 
 
