@@ -231,10 +231,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
 def per_job(run: dict[str, Any]) -> str:
     """CPU ms per job of each process, PostgreSQL's statements and WAL per job."""
     cpu = ", ".join(f"{k} {v:.4f}" for k, v in run.get("cpu_ms_per_job", {}).items())
-    pg = run.get("postgres_per_job", {})
-    return (f"CPU ms {cpu}; PostgreSQL statements {pg.get('statements_per_job')}, "
-            f"statement time {pg.get('statement_ms_per_job')} ms, WAL "
-            f"{pg.get('wal_bytes_per_job')} bytes")
+    return f"CPU ms {cpu}; {pg_per_job(run.get('postgres_per_job', {}))}"
 
 
 def print_tables(details: dict[str, Any]) -> None:
@@ -257,7 +254,8 @@ def print_tables(details: dict[str, Any]) -> None:
                   f"{cpu['hipq']:.1f} / {cpu['postgres']:.1f} / {cpu['other']:.1f}   "
                   f"({run['archived']:,}/{run['jobs']:,}; runs "
                   f"{run['all_completed_jobs_per_s']})"
-                  + (f"; {pg_per_job(run['pg'])}" if run.get("pg") else ""))
+                  + (f"; {pg_per_job(run['postgres_per_job'])}"
+                     if run.get("postgres_per_job") else ""))
     kp.print_rows(details)
     for key, run in details.get("idle", {}).items():
         if not isinstance(run, dict) or "rss_mb" not in run:

@@ -242,7 +242,8 @@ async def kafka_load(server: str, workdir: Path, *, phase: str, jobs: int, withi
            "completed_jobs_per_s": round(archived / elapsed, 1), **stages,
            "cpu_s": cpu, "cpu_ms_per_job": {k: round(v * 1000 / max(archived, 1), 3)
                                             for k, v in cpu.items()},
-           "pg": pg, "idle_share": idle_share, "machine_busy_cpu_s": machine["busy_cpu_s"],
+           "postgres_per_job": pg, "idle_share": idle_share,
+           "machine_busy_cpu_s": machine["busy_cpu_s"],
            "unaccounted_cpu_s": round(machine["busy_cpu_s"] - sum(cpu.values()), 2),
            "top_processes_cpu_s": machine["top_processes_cpu_s"], "peak_rss_mb": round(rss, 1),
            "loadavg_before": load_before, "loadavg_after": load_after,
@@ -268,7 +269,8 @@ def print_rows(details: dict[str, Any]) -> None:
         print(f"  {phase:<15} {run['median_completed_jobs_per_s']:>8,.0f} jobs/s  round trip "
               f"p50/p99 {rt['p50']}/{rt['p99']} ms  CPU ms/job "
               + " / ".join(f"{k} {v:.3f}" for k, v in per_job.items())
-              + (f"  {pg_per_job(run['pg'])}" if run.get("pg") else "")
+              + (f"  {pg_per_job(run['postgres_per_job'])}" if run.get("postgres_per_job")
+                 else "")
               + f"  idle {run['idle_share']:.0%}  load {run['loadavg_before'][0]}"
               f"->{run['loadavg_after'][0]}  ({run['archived']:,}/{run['jobs']:,}; runs "
               f"{run['all_completed_jobs_per_s']})")

@@ -71,8 +71,6 @@ class PgCosts:
 
 
 def pg_per_job(costs: dict[str, Any]) -> str:
-    """What ``PgCosts.stop`` measured, for a log line."""
-    statements, ms = costs.get("statements_per_job"), costs.get("statement_ms_per_job")
-    head = ("PostgreSQL" if statements is None
-            else f"PostgreSQL {statements} statements, {ms} ms of statement time,")
-    return f"{head} WAL {costs.get('wal_bytes_per_job')} B a job"
+    """What ``PgCosts.stop`` measured (a run's ``postgres_per_job``), for a line."""
+    return (f"PostgreSQL statements {costs.get('statements_per_job')}, statement time "
+            f"{costs.get('statement_ms_per_job')} ms, WAL {costs.get('wal_bytes_per_job')} bytes")

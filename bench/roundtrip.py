@@ -238,7 +238,7 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
            "seconds": round(elapsed, 2), "completed_jobs_per_s": round(archived / elapsed, 1),
            "cpu_s": cpu, "cpu_ms_per_job": {k: round(v * 1000 / max(archived, 1), 3)
                                             for k, v in cpu.items()},
-           "pg": pg, "peak_rss_mb": round(rss, 1), "loadavg_before": load_before,
+           "postgres_per_job": pg, "peak_rss_mb": round(rss, 1), "loadavg_before": load_before,
            "loadavg_after": loadavg()}
     log(f"  {name}: {out['completed_jobs_per_s']:,.0f} jobs/s ({archived:,}/{jobs:,} in "
         f"{elapsed:.1f} s); CPU s hipq {cpu['hipq']:.1f} / PostgreSQL {cpu['postgres']:.1f} / "
