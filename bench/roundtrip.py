@@ -53,7 +53,7 @@ from common import (
 )
 from hipq_scenarios import enqueue_batches
 from kafka_responder import HAND_TEMPLATE, KIT_TEMPLATE
-from pg_costs import PgCosts, pg_per_job
+from pg_costs import PgCosts, pg_per_job, top_statements
 
 from hipq.testing import bulk_insert_jobs_sql, migrate_database
 
@@ -242,7 +242,7 @@ async def round_trip(server: str, workdir: Path, *, kind: str, jobs: int, within
            "loadavg_after": loadavg()}
     log(f"  {name}: {out['completed_jobs_per_s']:,.0f} jobs/s ({archived:,}/{jobs:,} in "
         f"{elapsed:.1f} s); CPU s hipq {cpu['hipq']:.1f} / PostgreSQL {cpu['postgres']:.1f} / "
-        f"other side {cpu['other']:.1f}; {pg_per_job(pg)}")
+        f"other side {cpu['other']:.1f}; {pg_per_job(pg)}{top_statements(pg)}")
     return out
 
 
