@@ -1,4 +1,4 @@
--- hipq schema version 12. Generated from hipq/store/schema.py
+-- hipq schema version 13. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -36,10 +36,13 @@ CREATE TABLE archived_jobs (
 	finished_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	trace TEXT, 
 	history_folded BOOLEAN DEFAULT false NOT NULL, 
+	history_source TEXT, 
 	CONSTRAINT archived_jobs_pkey PRIMARY KEY (queue, id)
 );
 
 CREATE INDEX ix_archived_jobs_finished ON archived_jobs (finished_at, queue, id);
+
+CREATE INDEX ix_archived_jobs_folded_key ON archived_jobs (correlation_key) WHERE history_source IS NOT NULL;
 
 CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id);
 

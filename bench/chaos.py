@@ -456,6 +456,11 @@ async def _report(opts: Options, pg: str, acknowledged: set[tuple[str, str]],
     for r in await _db(pg, "SELECT queue, outcome, count(*) AS n FROM job_attempts "
                            "GROUP BY queue, outcome ORDER BY queue, outcome"):
         outcomes[r["queue"]][r["outcome"]] = int(r["n"])
+    # a last try that succeeded can be the archived row itself (schema versions 11, 13)
+    for r in await _db(pg, "SELECT queue, count(*) AS n FROM archived_jobs "
+                           "WHERE history_folded GROUP BY queue"):
+        held = outcomes[r["queue"]]
+        held["succeeded"] = held.get("succeeded", 0) + int(r["n"])
     launches = [(q, i, a) for q, i, a, _ in dump["launches"]]
     peak = dict(dump["peak"])
     kafka_peak_raw = 0

@@ -353,7 +353,7 @@ async def _run(db_url: str, reader: Reader, *, daemons: int, kill_one: bool, job
 async def read_outcome(reader: Reader) -> dict[str, Any]:
     """Failed jobs, attempts spent on 429s, the tries by outcome, the learned state."""
     archived = await reader.rows(
-        f"SELECT id, status, attempt FROM archived_jobs WHERE queue = '{QUEUE}'")
+        f"SELECT id, status, attempt, history_folded FROM archived_jobs WHERE queue = '{QUEUE}'")
     tries = await reader.rows(
         f"SELECT job_id, attempt, outcome, error FROM job_attempts WHERE queue = '{QUEUE}'")
     live = int(await reader.value(f"SELECT count(*) FROM jobs WHERE queue = '{QUEUE}'") or 0)
@@ -367,7 +367,10 @@ async def read_outcome(reader: Reader) -> dict[str, Any]:
             kept[job_id].add(int(attempt))
         elif "in_a_row" not in _json(error):
             spent.append(job_id)
-    mismatched = [i for i, _, attempt in archived if int(attempt) != len(kept[i])]
+    for job_id, _, attempt, folded in archived:
+        if folded:  # the last try is the archived row itself (schema versions 11, 13)
+            kept[job_id].add(int(attempt))
+    mismatched = [i for i, _, attempt, _ in archived if int(attempt) != len(kept[i])]
     effective, throttled_total = state[0] if state else (None, 0)
     return {"terminal": len(archived), "live": live,
             "statuses": dict(collections.Counter(str(a[1]) for a in archived)),

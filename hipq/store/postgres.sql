@@ -107,24 +107,34 @@ SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
 
 -- name: job_attempts
 -- A job's history: its rows of job_attempts, and the entry an archived row holds
--- itself (history_folded: a try that ran in its tick and succeeded, schema version
--- 11; always the job's last, so it sorts after its attempt's rows).
-SELECT attempt, id, launched_at, finished_at, outcome, error, response FROM job_attempts
-WHERE queue = :queue AND job_id = :job_id
+-- itself (history_folded: a try that succeeded in its tick, schema version 11, or by
+-- its target's answer, version 13). That entry is the job's last try: it sorts after
+-- its attempt's rows, before the late responses recorded after it (the first of
+-- which it takes the id of, ranked before it).
+SELECT attempt, id, 1 AS rank, launched_at, finished_at, outcome, error, response
+FROM job_attempts WHERE queue = :queue AND job_id = :job_id
 UNION ALL
-SELECT attempt, 9223372036854775807, launched_at, finished_at, 'succeeded', NULL, NULL
-FROM archived_jobs WHERE queue = :queue AND id = :job_id AND history_folded
-ORDER BY attempt, id
+SELECT x.attempt, COALESCE((SELECT min(a.id) FROM job_attempts a
+                 WHERE a.queue = x.queue AND a.job_id = x.id AND a.finished_at > x.finished_at),
+                9223372036854775807), 0, x.launched_at,
+       x.finished_at, 'succeeded', NULL,
+       CASE WHEN x.history_source IS NOT NULL
+            THEN jsonb_build_object('source', x.history_source) END
+FROM archived_jobs x WHERE x.queue = :queue AND x.id = :job_id AND x.history_folded
+ORDER BY attempt, id, rank
 
 -- name: history_last
 -- A job's last history entries, newest first, without the responses' bodies (the
--- archived row's own entry first, as in job_attempts).
-SELECT attempt, id, launched_at, finished_at, outcome, error FROM job_attempts
+-- archived row's own entry placed as in job_attempts).
+SELECT attempt, id, 1 AS rank, launched_at, finished_at, outcome, error FROM job_attempts
 WHERE queue = :queue AND job_id = :job_id
 UNION ALL
-SELECT attempt, 9223372036854775807, launched_at, finished_at, 'succeeded', NULL
-FROM archived_jobs WHERE queue = :queue AND id = :job_id AND history_folded
-ORDER BY attempt DESC, id DESC LIMIT :limit
+SELECT x.attempt, COALESCE((SELECT min(a.id) FROM job_attempts a
+                 WHERE a.queue = x.queue AND a.job_id = x.id AND a.finished_at > x.finished_at),
+                9223372036854775807), 0, x.launched_at,
+       x.finished_at, 'succeeded', NULL
+FROM archived_jobs x WHERE x.queue = :queue AND x.id = :job_id AND x.history_folded
+ORDER BY attempt DESC, id DESC, rank DESC LIMIT :limit
 
 -- name: history_count
 SELECT (SELECT count(*) FROM job_attempts WHERE queue = :queue AND job_id = :job_id)
@@ -370,8 +380,9 @@ VACUUM (SKIP_LOCKED) jobs
 
 -- name: archive
 -- Step 3, ending tries: delete the running rows (guarded by attempt and owner),
--- archive them with their end, record the try, mark the responses applied; returns
--- what applied. The ends come as one JSON array of arrays [queue, id, attempt,
+-- archive them with their end, record the try (in the archived row itself for a
+-- plain success by the target's answer, see folded), mark the responses applied;
+-- returns what applied. The ends come as one JSON array of arrays [queue, id, attempt,
 -- status, result, error, outcome, response]: one encoding call for the batch, where
 -- eight parameter arrays cost a driver check per element and a JSON encoding per
 -- value (a JSON null in result, error or response is SQL NULL).
@@ -391,19 +402,27 @@ ended AS (
     WHERE j.ctid = hit.tid AND j.ctid = ANY(ARRAY(SELECT tid FROM hit))
     RETURNING j.*, hit.status AS end_status, hit.result AS end_result,
               hit.error AS end_error, hit.outcome AS end_outcome,
-              hit.response AS end_response),
+              hit.response AS end_response,
+              -- a plain success by the target's own answer, under a key hipq made for
+              -- this try (no other try ever holds it): its history entry is the
+              -- archived row (schema version 13), no job_attempts row
+              COALESCE(hit.status = 'succeeded' AND hit.outcome = 'succeeded'
+                       AND hit.error IS NULL AND NOT j.correlation_fixed
+                       AND hit.response = jsonb_build_object('source', 'target'),
+                       false) AS folded),
 archived AS (
     INSERT INTO archived_jobs (
         queue, id, token, data, run_at, expires_at, priority, weight, critical,
         time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
         ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
         launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
-        status, result, error, updated_at, finished_at)
+        status, result, error, updated_at, finished_at, history_folded, history_source)
     SELECT queue, id, token, data, run_at, expires_at, priority, weight, critical,
            time_windows, timezone, timeout_seconds, correlation_key, correlation_fixed,
            ordering_key, key_order_at, group_key, attempt, max_attempts, created_at,
            launched_at, deadline, owner, launch_confirmed, replay_of, body_hash, trace,
-           end_status, end_result, end_error, :now::timestamptz, :now::timestamptz
+           end_status, end_result, end_error, :now::timestamptz, :now::timestamptz, folded,
+           CASE WHEN folded THEN 'target' END
     FROM ended e
     -- an id archived before, by an earlier job of the same id whose archive committed
     -- after this one was enqueued: this end is not recorded (as ON CONFLICT DO NOTHING
@@ -413,7 +432,7 @@ tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
     SELECT queue, id, attempt, correlation_key, launched_at, :now::timestamptz, end_outcome,
-           end_error, end_response FROM ended),
+           end_error, end_response FROM ended WHERE NOT folded),
 marked AS (
     -- the ids to mark computed once (an InitPlan), then one index scan over them: a
     -- join here let the planner (which sees one row in ended) rescan every listed id
@@ -682,16 +701,26 @@ ORDER BY received_at DESC, id DESC LIMIT :limit
 SELECT outcome, count(*) AS n FROM response_inbox GROUP BY outcome
 
 -- name: attempt_keys
--- (queue, job id) of the latest past try of each correlation key (every try is
--- recorded there, an archived job's last one too).
-SELECT DISTINCT ON (correlation_key) correlation_key, queue, job_id FROM job_attempts
-WHERE correlation_key = ANY(:keys::text[])
+-- (queue, job id) of the latest past try of each correlation key: its row of
+-- job_attempts, or the archived row that holds it (history_source, schema version
+-- 13: a key hipq made for that one try, which no other try holds).
+SELECT DISTINCT ON (correlation_key) correlation_key, queue, job_id FROM (
+    SELECT correlation_key, queue, job_id, id FROM job_attempts
+    WHERE correlation_key = ANY(:keys::text[])
+    UNION ALL
+    SELECT correlation_key, queue, id, 9223372036854775807 FROM archived_jobs
+    WHERE correlation_key = ANY(:keys::text[]) AND history_source IS NOT NULL) AS t
 ORDER BY correlation_key, id DESC
 
 -- name: late_tries
--- The latest try of each correlation key (for late responses without an attempt).
-SELECT correlation_key, max(attempt) AS attempt FROM job_attempts
-WHERE correlation_key = ANY(:keys::text[])
+-- The latest try of each correlation key (for late responses without an attempt;
+-- the archived rows that hold their try as in attempt_keys).
+SELECT correlation_key, max(attempt) AS attempt FROM (
+    SELECT correlation_key, attempt FROM job_attempts
+    WHERE correlation_key = ANY(:keys::text[])
+    UNION ALL
+    SELECT correlation_key, attempt FROM archived_jobs
+    WHERE correlation_key = ANY(:keys::text[]) AND history_source IS NOT NULL) AS t
 GROUP BY correlation_key
 
 -- name: late_counts

@@ -119,8 +119,14 @@ archived_jobs = sa.Table(
     _column(TRACE),
     # version 11: the last try's history entry is this row (hipq.store.history)
     sa.Column("history_folded", sa.Boolean, nullable=False, server_default=sa.false()),
+    # version 13: set with history_folded for a success by the target's own answer
+    # (PostgreSQL; the history entry's response source)
+    sa.Column("history_source", sa.Text),
     sa.PrimaryKeyConstraint("queue", "id", name="archived_jobs_pkey"),
 )
+_folded_key = archived_jobs.c.history_source.is_not(None)  # version 13
+sa.Index("ix_archived_jobs_folded_key", archived_jobs.c.correlation_key,
+         postgresql_where=_folded_key, sqlite_where=_folded_key)
 sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,
          archived_jobs.c.id)
 sa.Index("ix_archived_jobs_queue_finished", archived_jobs.c.queue, archived_jobs.c.finished_at,

@@ -9,8 +9,6 @@ confirmation, 200 with the room; docs/benchmarks.md)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
@@ -21,15 +19,6 @@ from tests.contract.test_store import OWNER, Q, make_job, start
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
 JOBS = 600  # some thirty pages of rows
-
-
-@pytest.fixture
-async def raw(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(db_url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 async def _pages(raw: asyncpg.Connection) -> dict[str, int]:

@@ -249,22 +249,28 @@ async def test_pruning_reads_the_applied_responses_through_their_partial_index(
     assert not [n for n in nodes(plan) if "Sort" in n["Node Type"]], shown
 
 
-async def test_past_tries_are_found_by_key_through_an_index(store: Store,
-                                                            clock: FakeClock) -> None:
+@pytest.mark.parametrize("name", ["attempt_keys", "late_tries"])
+async def test_past_tries_are_found_by_key_through_an_index(store: Store, clock: FakeClock,
+                                                            name: str) -> None:
     """A response no live job claims is looked up among past tries by its key, once
     per such response (late, stale, or a callback at a daemon that does not hold the
-    try): through ``ix_job_attempts_key`` (schema 9), never by reading the history."""
+    try): through ``ix_job_attempts_key`` (schema 9) and, for the tries an archived
+    row holds, ``ix_archived_jobs_folded_key`` (schema 13), never by reading the
+    history or the archive."""
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
     jobs = await start(store, clock, *(make_job(clock, f"h{i}") for i in range(50)))
-    await store.persist_batch(changes=[archive(j) for j in jobs], owner=OWNER, now=clock.now())
-    plan = await generic_plan(store, "attempt_keys", seqscan=False, keys=["~tok-h1.1"])
+    await store.persist_batch(  # half of them held by their archived row
+        changes=[archive(j, response={"source": "target"} if i % 2 else None)
+                 for i, j in enumerate(jobs)], owner=OWNER, now=clock.now())
+    plan = await generic_plan(store, name, seqscan=False, keys=["~tok-h1.1"])
     shown = json.dumps(plan, indent=1)
     assert not [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"], shown
     used = {n.get("Index Name") for n in nodes(plan)}
-    assert "ix_job_attempts_key" in used, shown
-    found = await store.archived_by_attempt_keys([jobs[1].correlation_key or ""])
-    assert found == {jobs[1].correlation_key: ("q", "h1")}
+    assert {"ix_job_attempts_key", "ix_archived_jobs_folded_key"} <= used, shown
+    keys = [jobs[1].correlation_key or "", jobs[2].correlation_key or ""]
+    found = await store.archived_by_attempt_keys(keys)
+    assert found == {keys[0]: ("q", "h1"), keys[1]: ("q", "h2")}
 
 
 @pytest.mark.parametrize("name", ["archive_ran", "claim"])

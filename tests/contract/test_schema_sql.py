@@ -178,6 +178,8 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "ALTER TABLE archived_jobs DROP COLUMN history_folded",  # version 11
     "DROP INDEX ix_response_inbox_applied",  # version 12
     "CREATE INDEX ix_response_inbox_applied ON response_inbox (applied_at)",
+    "DROP INDEX ix_archived_jobs_folded_key",  # version 13
+    "ALTER TABLE archived_jobs DROP COLUMN history_source",
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 
