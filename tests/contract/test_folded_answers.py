@@ -13,7 +13,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from hipq.jobs import Job
-from hipq.store import Store, open_store
+from hipq.store import Change, ChangeKind, Store, open_store
 from hipq.store.records import InboxRow
 from hipq.testing import FakeClock
 from tests.contract.test_store import OWNER, Q, archive, make_job, start
@@ -75,8 +75,6 @@ async def test_a_late_response_finds_the_try_and_comes_after_it(
 
 async def test_an_earlier_try_stays_before_it(store: Store, clock: FakeClock) -> None:
     """A failed try given back to the queue, then the success: both, in order."""
-    from hipq.store import Change, ChangeKind
-
     [job] = await start(store, clock, make_job(clock, "r"))
     requeue = Change(kind=ChangeKind.REQUEUE, queue=Q, id="r", attempt=1, run_at=clock.now(),
                      error={"kind": "response_failed"}, outcome="response_failed",
