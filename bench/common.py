@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import signal
@@ -150,7 +151,10 @@ def hipq_config(database_url: str, port: int, queues: list[dict[str, Any]],
     return {
         "database": {"url": database_url.replace("postgresql://", "postgresql+asyncpg://", 1)},
         "api": {"host": "127.0.0.1", "port": port},
-        "reconcile": {"interval_seconds": 5, **(reconcile or {})},
+        # HIPQ_BENCH_RECONCILE: a JSON object merged into every daemon's reconcile
+        # settings, to try one (e.g. '{"fetch_limit": 500}'); unset in the published runs
+        "reconcile": {"interval_seconds": 5, **(reconcile or {}),
+                      **json.loads(os.environ.get("HIPQ_BENCH_RECONCILE", "{}"))},
         "logging": {"level": "INFO"},
         "queues": queues,
     }

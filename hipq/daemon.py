@@ -62,15 +62,16 @@ GC_YOUNG_THRESHOLD = 50_000  # allocations between young-generation collections
 
 
 def settle_heap() -> None:
-    """Once the daemon runs and its first tick (which adopts the running jobs) is
-    done: what startup allocated (modules, settings, the pool, the adopted tries)
-    lives as long as the process, so it leaves the cyclic collector's scans
-    (``gc.freeze``), and young collections run every 50,000 allocations instead of
-    700. A tick allocates a few objects per job of its batch; with the default
-    thresholds the collector ran every few hundred jobs and its older-generation
-    passes walked every live job. Memory held by cyclic garbage stays bounded by
-    the (larger) threshold; the C heap's free pages go back to the system
-    (:func:`hipq.heap.release`). Called by ``hipq run``, not by embedders."""
+    """Before the daemon opens (what the imports and the settings made) and again
+    once its first tick (which adopts the running jobs) is done (the pool, the
+    adopted tries): what startup allocated lives as long as the process, so it
+    leaves the cyclic collector's scans (``gc.freeze``), and young collections run
+    every 50,000 allocations instead of 700. A tick allocates a few objects per job
+    of its batch; with the default thresholds the collector ran every few hundred
+    jobs and its older-generation passes walked every live job. Memory held by
+    cyclic garbage stays bounded by the (larger) threshold; the C heap's free pages
+    go back to the system (:func:`hipq.heap.release`). Called by ``hipq run``, not
+    by embedders."""
     gc.collect()
     heap.release()
     gc.freeze()
