@@ -131,6 +131,7 @@ async def run_phase(phase: str, server: str, workdir: Path, args: argparse.Names
                                      "python_in_tick_batch": median(runs["python-in-tick"])}
         if peer:
             out_phase["graphile"] = peer_runs(peer)
+            out_phase["graphile"]["interleaved"] = True  # run i beside hipq's runs i
         return out_phase
     if phase in ("callback", *KAFKA):
         runs = [await rt.round_trip(server, workdir, kind=phase, jobs=args.rt_jobs,
@@ -196,6 +197,23 @@ async def durability(server: str) -> dict[str, str]:
         await conn.close()
 
 
+def pair_ratios(hipq: dict[str, Any], graphile: dict[str, Any]) -> list[float] | None:
+    """hipq's lifecycle over graphile-worker's, run by run (the runs of one repetition
+    ran one after the other, so each pair saw the machine in about the same state: a
+    drift of the machine's speed over the minutes of a run cancels out); graphile-worker
+    at its best concurrency by the median. None unless both ran interleaved, as many
+    times each."""
+    mine = hipq.get("all_completed_jobs_per_s")
+    runs = graphile.get("runs") or []
+    if not mine or not runs:
+        return None
+    best = max(runs, key=lambda r: r.get("median_jobs_per_s", r["jobs_per_s"]))
+    theirs = best.get("all_jobs_per_s")
+    if not theirs or len(theirs) != len(mine) or graphile.get("interleaved") is not True:
+        return None
+    return [round(a / b, 3) for a, b in zip(mine, theirs, strict=True) if b]
+
+
 def summary(details: dict[str, Any]) -> dict[str, Any]:
     """Headline keys for results.json (None when a phase did not run)."""
     lcd = details.get("lifecycle-durable", {}).get("python_batch", {})
@@ -203,6 +221,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
     graphile = details.get("graphile", {})
     best = max((r.get("median_jobs_per_s", r["jobs_per_s"]) for r in graphile.get("runs", [])),
                default=None)
+    pairs, tick_pairs = pair_ratios(lcd, graphile), pair_ratios(tick, graphile)
     idle = {k: v for k, v in details.get("idle", {}).items() if k.isdigit()}
     top = idle[max(idle, key=int)] if idle else {}
     return {
@@ -225,6 +244,13 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
         "durable_lifecycle_in_tick_over_graphile": (
             round(tick["median_completed_jobs_per_s"] / best, 2)
             if best and tick.get("median_completed_jobs_per_s") else None),
+        # the same ratios pair by pair, and their medians (pair_ratios)
+        "durable_lifecycle_over_graphile_pairs": pairs,
+        "durable_lifecycle_over_graphile_pair_median": (
+            round(statistics.median(pairs), 2) if pairs else None),
+        "durable_lifecycle_in_tick_over_graphile_pairs": tick_pairs,
+        "durable_lifecycle_in_tick_over_graphile_pair_median": (
+            round(statistics.median(tick_pairs), 2) if tick_pairs else None),
     }
 
 
@@ -244,6 +270,10 @@ def print_tables(details: dict[str, Any]) -> None:
                   f"{lcd['median_completed_jobs_per_s']:,.0f} jobs/s (runs "
                   f"{lcd['all_completed_jobs_per_s']})")
             print(f"    per job (median run): {per_job(lcd)}")
+            pairs = pair_ratios(lcd, details.get("graphile", {}))
+            if pairs:
+                print(f"    over graphile-worker run by run: {pairs} (median "
+                      f"{statistics.median(pairs):.2f})")
     rows = [(p, details[p]) for p in ("callback", *KAFKA)
             if p in details and "failed" not in details[p]]
     if rows:

@@ -11,7 +11,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import harness  # noqa: E402  (bench/ modules import each other as top-level modules)
+import durable_phases as dp  # noqa: E402  (bench/ modules import each other as top-level modules)
+import harness  # noqa: E402
 
 
 @pytest.mark.parametrize(("value", "shown"), [
@@ -35,3 +36,39 @@ def test_a_ratio_just_under_its_goal_reads_as_such(capsys: pytest.CaptureFixture
     assert ratio.endswith("NOT met")
     assert "0.0143" in idle
     assert idle.endswith(" met")
+
+
+def _lifecycle(rates: list[float]) -> dict[str, object]:
+    return {"all_completed_jobs_per_s": rates, "median_completed_jobs_per_s": sorted(rates)[1]}
+
+
+def test_the_lifecycle_is_also_compared_run_by_run() -> None:
+    """The machine's speed drifts over the minutes of a run: each hipq run is divided
+    by the graphile-worker run beside it, at graphile-worker's best concurrency."""
+    graphile = {"interleaved": True, "runs": [
+        {"concurrency": 10, "jobs_per_s": 90.0, "median_jobs_per_s": 90.0,
+         "all_jobs_per_s": [90.0, 90.0, 90.0]},
+        {"concurrency": 50, "jobs_per_s": 100.0, "median_jobs_per_s": 100.0,
+         "all_jobs_per_s": [100.0, 80.0, 120.0]}]}
+    details = {"lifecycle-durable": {"python_batch": _lifecycle([110.0, 100.0, 150.0]),
+                                     "python_in_tick_batch": _lifecycle([130.0, 96.0, 150.0])},
+               "graphile": graphile}
+    head = dp.summary(details)
+    assert head["durable_lifecycle_over_graphile"] == 1.1  # the medians: 110 / 100
+    assert head["durable_lifecycle_over_graphile_pairs"] == [1.1, 1.25, 1.25]
+    assert head["durable_lifecycle_over_graphile_pair_median"] == 1.25
+    assert head["durable_lifecycle_in_tick_over_graphile_pairs"] == [1.3, 1.2, 1.25]
+    assert head["durable_lifecycle_in_tick_over_graphile_pair_median"] == 1.25
+
+
+def test_no_pairs_without_interleaved_runs() -> None:
+    """graphile-worker run in a phase of its own (not beside hipq's runs), or a run
+    missing on one side: no pairs, rather than pairs of runs apart in time."""
+    graphile = {"runs": [{"concurrency": 10, "jobs_per_s": 90.0, "median_jobs_per_s": 90.0,
+                          "all_jobs_per_s": [90.0, 90.0, 90.0]}]}
+    details = {"lifecycle-durable": {"python_batch": _lifecycle([110.0, 100.0, 150.0])},
+               "graphile": graphile}
+    assert dp.summary(details)["durable_lifecycle_over_graphile_pairs"] is None
+    graphile["interleaved"] = True
+    graphile["runs"][0]["all_jobs_per_s"] = [90.0, 90.0]
+    assert dp.summary(details)["durable_lifecycle_over_graphile_pairs"] is None
