@@ -197,17 +197,24 @@ async def durability(server: str) -> dict[str, str]:
         await conn.close()
 
 
+def _rate(run: dict[str, Any]) -> float:
+    return float(run.get("median_jobs_per_s", run["jobs_per_s"]))
+
+
+def best_run(graphile: dict[str, Any]) -> dict[str, Any] | None:
+    """graphile-worker's concurrency with the best median rate (its runs), if it ran."""
+    return max(graphile.get("runs") or [], key=_rate, default=None)
+
+
 def pair_ratios(hipq: dict[str, Any], graphile: dict[str, Any]) -> list[float] | None:
     """hipq's lifecycle over graphile-worker's, run by run (the runs of one repetition
     ran one after the other, so each pair saw the machine in about the same state: a
     drift of the machine's speed over the minutes of a run cancels out); graphile-worker
     at its best concurrency by the median. None unless both ran interleaved, as many
     times each."""
-    mine = hipq.get("all_completed_jobs_per_s")
-    runs = graphile.get("runs") or []
-    if not mine or not runs:
+    mine, best = hipq.get("all_completed_jobs_per_s"), best_run(graphile)
+    if not mine or best is None:
         return None
-    best = max(runs, key=lambda r: r.get("median_jobs_per_s", r["jobs_per_s"]))
     theirs = best.get("all_jobs_per_s")
     if not theirs or len(theirs) != len(mine) or graphile.get("interleaved") is not True:
         return None
@@ -219,8 +226,8 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
     lcd = details.get("lifecycle-durable", {}).get("python_batch", {})
     tick = details.get("lifecycle-durable", {}).get("python_in_tick_batch", {})
     graphile = details.get("graphile", {})
-    best = max((r.get("median_jobs_per_s", r["jobs_per_s"]) for r in graphile.get("runs", [])),
-               default=None)
+    peer = best_run(graphile)
+    best = None if peer is None else _rate(peer)
     pairs, tick_pairs = pair_ratios(lcd, graphile), pair_ratios(tick, graphile)
     idle = {k: v for k, v in details.get("idle", {}).items() if k.isdigit()}
     top = idle[max(idle, key=int)] if idle else {}
