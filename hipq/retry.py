@@ -23,6 +23,7 @@ from hipq.errors import ConfigError
 from hipq.jobs import UNKNOWN_OUTCOME_KINDS, DeliveryStrategy
 from hipq.plugins import GiveUp, Retry, RetryContext, instantiate
 from hipq.spec import QueueSpec, RetrySpec
+from hipq.values import json_problem, plugin_time, text_problem
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +187,30 @@ def _ask(queue: QueueSpec, strategy: RetryFn, ctx: RetryContext) -> Retry | Give
         log.exception("retry strategy of queue %s raised; using exponential backoff",
                       queue.id, extra={"action": "plugin_error", "queue": queue.id})
         return _FALLBACK.decide(ctx)
-    if not isinstance(decision, Retry | GiveUp):
-        log.error("retry strategy of queue %s returned %r; using exponential backoff",
-                  queue.id, decision, extra={"action": "plugin_error", "queue": queue.id})
+    checked = _checked(decision)
+    if isinstance(checked, str):
+        log.error("retry strategy of queue %s returned %s; using exponential backoff",
+                  queue.id, checked, extra={"action": "plugin_error", "queue": queue.id})
         return _FALLBACK.decide(ctx)
-    return decision
+    return checked
+
+
+def _checked(decision: object) -> Retry | GiveUp | str:
+    """A strategy's decision as the store can keep it (its time in UTC), or what is
+    wrong with it: an error in a plugin (SPEC 4), which must not reach step 3's one
+    transaction."""
+    if isinstance(decision, GiveUp):
+        if not isinstance(decision.reason, str) or text_problem(decision.reason):
+            return f"a give-up whose reason is not plain text ({decision.reason!r:.100})"
+        return decision
+    if not isinstance(decision, Retry):
+        return f"{decision!r:.200}, not a Retry or a GiveUp"
+    at = plugin_time(decision.at)
+    if at is None:
+        return f"a retry at {decision.at!r:.100}, not a time"
+    if decision.data is not None:
+        problem = (json_problem(decision.data) if isinstance(decision.data, dict)
+                   else "the data is not an object")
+        if problem is not None:
+            return f"a retry with data that cannot be stored ({problem})"
+    return decision if at is decision.at else Retry(at=at, data=decision.data)

@@ -13,6 +13,7 @@ batch item or a skipped message. Pure: no I/O.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 MAX_DEPTH = 64  # levels of objects/arrays inside a value
@@ -40,7 +41,7 @@ def json_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
         elif kind is dict or kind is list:
             problem = _children(node, depth, max_depth, stack)
         else:
-            problem = _scalar_problem(node)
+            problem = _other_problem(node, depth, max_depth, stack)
         if problem is not None:
             return problem
     return None
@@ -53,12 +54,14 @@ def _children(node: dict[Any, Any] | list[Any], depth: int, max_depth: int,
         return f"nested deeper than {max_depth} levels"
     depth += 1
     push = stack.append
-    if isinstance(node, list):  # exactly a list or a dict (json_problem tested the type)
+    if isinstance(node, list):
         for item in node:
             push((item, depth))
         return None
     for key, item in node.items():
         if type(key) is not str or "\x00" in key or not key.isascii():
+            if not isinstance(key, str | int | float) and key is not None:
+                return f"an object key of type {type(key).__name__} is not JSON"
             problem = text_problem(str(key))
             if problem is not None:
                 return problem
@@ -69,7 +72,12 @@ def _children(node: dict[Any, Any] | list[Any], depth: int, max_depth: int,
 _INT_RANGE = "an integer is out of range (64-bit signed)"
 
 
-def _scalar_problem(node: Any) -> str | None:
+def _other_problem(node: Any, depth: int, max_depth: int,
+                   stack: list[tuple[Any, int]]) -> str | None:
+    """Any node but plain text, a plain integer, a plain dict or list: a JSON scalar,
+    a subclass of a JSON type, a tuple (an array, as ``json.dumps`` writes it), or
+    something no JSON text holds (a set, bytes, a datetime, a UUID: what a plugin
+    or a Python target may hand back)."""
     if isinstance(node, bool) or node is None:
         return None
     if isinstance(node, int):
@@ -80,6 +88,12 @@ def _scalar_problem(node: Any) -> str | None:
             return "numbers must be finite (no NaN, Infinity or 1e400)"
     elif isinstance(node, str):
         return text_problem(node)
+    elif isinstance(node, dict):
+        return _children(node, depth, max_depth, stack)
+    elif isinstance(node, list | tuple):
+        return _children(list(node), depth, max_depth, stack)
+    else:
+        return f"a value of type {type(node).__name__} is not JSON"
     return None
 
 
@@ -101,3 +115,17 @@ def checked(value: Any) -> Any:
     if problem is not None:
         raise ValueError(problem)
     return value
+
+
+def plugin_time(value: Any) -> datetime | None:
+    """A time a plugin handed back (a retry's ``at``, a throttler's reschedule), as
+    an aware UTC time: a naive one is taken as UTC, as the stores would take it.
+    None if it is not a ``datetime`` or does not convert to UTC."""
+    if not isinstance(value, datetime):
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return None

@@ -36,7 +36,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hipq import tracing
-from hipq.engine.launcher import Launcher, LaunchResult, failed_launch, launch_one
+from hipq.engine.launcher import (
+    Launcher,
+    LaunchResult,
+    failed_launch,
+    launch_one,
+    launch_result,
+)
 from hipq.frozen import evolver
 from hipq.jobs import Job, JobState, json_copy
 from hipq.spec import QueueSpec
@@ -92,7 +98,7 @@ async def _launch(target: Target, job: Job) -> LaunchResult:
         outcome: LaunchOutcome = await owned(job)
     except Exception as exc:
         return failed_launch(job, exc)
-    return LaunchResult(job=job, outcome=outcome)
+    return launch_result(job, outcome)
 
 
 def archivable(result: LaunchResult) -> bool:

@@ -38,7 +38,8 @@ from hipq.clock import Clock
 from hipq.errors import HipqError, LaunchError
 from hipq.jobs import ErrorKind, Job, JobError
 from hipq.store import Store
-from hipq.targets import ACCEPTED, Accepted, LaunchOutcome, Target
+from hipq.targets import ACCEPTED, Accepted, Completed, LaunchOutcome, Target
+from hipq.values import json_problem
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,27 @@ async def launch_one(target: Target, job: Job) -> LaunchResult:
         outcome: LaunchOutcome = await target.launch(job)
     except Exception as exc:
         return failed_launch(job, exc)
-    return LaunchResult(job=job, outcome=outcome)
+    return launch_result(job, outcome)
+
+
+def launch_result(job: Job, outcome: object) -> LaunchResult:
+    """What a target answered, as the try's launch result. An answer no store can
+    hold (a Python function's result or error with a set, bytes, a datetime, NaN,
+    a NUL character...: SPEC 4, an error in a plugin) fails the try, not
+    retryable, since running it again would hand back the same; without this check
+    the tick's one transaction would fail at every tick, for every job."""
+    if isinstance(outcome, Completed):
+        problem = ((None if outcome.result is None else json_problem(outcome.result))
+                   or (None if outcome.error is None else json_problem(outcome.error)))
+        if problem is None:
+            return LaunchResult(job=job, outcome=outcome)
+        detail = f"the target's answer cannot be stored: {problem}"
+    elif isinstance(outcome, Accepted):
+        return LaunchResult(job=job, outcome=outcome)
+    else:
+        detail = f"the target answered a {type(outcome).__name__}, not an outcome"
+    return LaunchResult(job=job, outcome=None,
+                        error=JobError(kind=ErrorKind.PLUGIN, detail=detail, retryable=False))
 
 
 def failed_launch(job: Job, exc: Exception) -> LaunchResult:

@@ -18,6 +18,12 @@ still idle after the first pass.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
 from hipq.config import QueueConfig
 from hipq.jobs import Job
 from hipq.plugins import ThrottleContext, Throttler, ThrottleResult, instantiate
@@ -31,6 +37,7 @@ from hipq.throttling import (
     next_open,
     windows_of,
 )
+from hipq.values import plugin_time, text_problem
 
 
 class _Tick:
@@ -139,7 +146,38 @@ class _Wrapped:
         result = self._fn(ctx)  # type: ignore[operator]
         if not isinstance(result, ThrottleResult):
             raise TypeError(f"throttler returned {type(result).__name__}, not ThrottleResult")
-        return result
+        return checked_decision(result)
+
+
+def checked_decision(decision: ThrottleResult) -> ThrottleResult:
+    """A throttler plugin's decision in the shapes the engine and the stores take
+    (its times in UTC; a naive time is taken as UTC), else ``TypeError`` saying what
+    is wrong: an error in a plugin (SPEC 4, nothing of its queue launches that tick),
+    which must not reach the store, where it would fail every tick for every queue."""
+    launch: list[Any] = [None]
+    with contextlib.suppress(TypeError):  # not iterable
+        launch = list(decision.launch)
+    if not all(isinstance(j, Job) for j in launch):
+        raise TypeError("throttler decision: launch is not a sequence of the candidates")
+    reschedule: dict[str, datetime] = {}
+    for job_id, at in _mapping(decision.reschedule, "reschedule").items():
+        when = plugin_time(at)
+        if when is None:
+            raise TypeError(f"throttler decision: reschedule of {job_id!r} to {at!r:.100}, "
+                            "not a time")
+        reschedule[job_id] = when
+    for name, reasons in (("drop", decision.drop), ("held", decision.held)):
+        for job_id, reason in _mapping(reasons, name).items():
+            if not isinstance(reason, str) or text_problem(reason):
+                raise TypeError(f"throttler decision: {name} reason of {job_id!r} is not "
+                                f"plain text ({reason!r:.100})")
+    return replace(decision, launch=launch, reschedule=reschedule)
+
+
+def _mapping(value: object, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise TypeError(f"throttler decision: {name} is not a mapping of job ids")
+    return value
 
 
 def build_throttler(queue: QueueConfig) -> Throttler:

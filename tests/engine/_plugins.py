@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
 
-from hipq.plugins import Retry, RetryContext, ThrottleContext, ThrottleResult
+from hipq.plugins import GiveUp, Retry, RetryContext, ThrottleContext, ThrottleResult
 
 
 class ScribblingRetry:
@@ -55,3 +57,51 @@ class RecordingThrottler:
     def select(self, ctx: ThrottleContext) -> ThrottleResult:
         RecordingThrottler.seen.append([job.data for job in ctx.running])
         return ThrottleResult(launch=list(ctx.candidates))
+
+
+
+
+class MalformedRetry:
+    """Answers what the plugin API does not allow (``odd`` names what): each must be
+    taken as an error in the plugin, never reach the store."""
+
+    def __init__(self, odd: str) -> None:
+        self.odd = odd
+
+    def decide(self, ctx: RetryContext) -> object:
+        retry: dict[str, dict[str, Any]] = {
+            "naive": {"at": datetime(2030, 1, 1)},  # taken as UTC: fine
+            "text": {"at": "tomorrow"},
+            "uuid_data": {"at": ctx.now, "data": {"u": uuid.uuid4()}},
+            "list_data": {"at": ctx.now, "data": [1, 2]},
+            "nan_data": {"at": ctx.now, "data": {"x": float("nan")}},
+        }
+        give_up: dict[str, Any] = {"reason_int": 123, "reason_nul": "a\x00b"}
+        if self.odd in retry:
+            return Retry(**retry[self.odd])
+        if self.odd in give_up:
+            return GiveUp(reason=give_up[self.odd])
+        return "retry please"
+
+
+class MalformedThrottler:
+    """Launches every candidate but ``odd`` and says something the plugin API does
+    not allow about it (``odd`` names what)."""
+
+    def __init__(self, odd: str) -> None:
+        self.odd = odd
+
+    def select(self, ctx: ThrottleContext) -> ThrottleResult:
+        rest = [j for j in ctx.candidates if j.id != "odd"]
+        fields: dict[str, dict[str, Any]] = {
+            "naive": {"reschedule": {"odd": datetime(2030, 1, 1)}},  # taken as UTC: fine
+            "text": {"reschedule": {"odd": "tomorrow"}},
+            "drop_set": {"drop": {"odd": {1, 2}}},
+            "drop_nul": {"drop": {"odd": "a\x00b"}},
+            "launch_ids": {"launch": [*rest, "odd"]},
+            "launch_none": {"launch": None},
+            "reschedule_none": {"reschedule": None},
+            "held_number": {"held": {"odd": 5}},
+            "generator": {"launch": (j for j in rest)},  # any iterable: fine
+        }
+        return ThrottleResult(**{"launch": rest, **fields[self.odd]})

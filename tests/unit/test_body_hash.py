@@ -37,9 +37,7 @@ def test_fast_path_equals_general_path(data: dict[str, Any]) -> None:
 
 
 def test_values_json_cannot_hold_take_the_general_path() -> None:
-    odd: list[dict[str, Any]] = [
-        {"when": datetime(2026, 1, 1, tzinfo=UTC)},
-        {"nested": {1: "int key", 2: "b", 10: "c"}}, {"t": (1, 2)}, {"s": {"a"}}]
+    odd: list[dict[str, Any]] = [{"nested": {1: "int key", 2: "b", 10: "c"}}, {"t": (1, 2)}]
     for data in odd:
         request = EnqueueRequest(data=data)
         assert request.body_hash() == general(request)
@@ -47,7 +45,8 @@ def test_values_json_cannot_hold_take_the_general_path() -> None:
 
 def test_values_no_store_can_hold_are_refused() -> None:
     for data in ({"x": math.nan}, {"x": math.inf}, {"x": 2**63}, {"x": "a\x00b"},
-                 {"x": "\ud800"}, {"\udfff": 1}):
+                 {"x": "\ud800"}, {"\udfff": 1}, {"when": datetime(2026, 1, 1, tzinfo=UTC)},
+                 {"s": {"a"}}):
         with pytest.raises(ValidationError):
             EnqueueRequest(data=data)
 
