@@ -68,10 +68,12 @@ class Launcher:
         self.owner = owner
         self.on_wake = on_wake
         self.on_answered = on_answered  # each launch, when its send finished
-        self.concurrency = concurrency
-        self._pending: deque[tuple[Target, Job]] = deque()
+        self.concurrency = concurrency  # per target
+        # per target: the jobs to send, and the workers sending them (a slow or hung
+        # target holds its own workers only: SPEC 6, nobody blocks another job's launch)
+        self._pending: dict[Target, deque[Job]] = {}
         self._dispatch: dict[Target, Any] = {}  # target -> its dispatch method, or None
-        self._workers = 0
+        self._workers: dict[Target, int] = {}
         self._inflight: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Future[Any]] = set()  # dispatched, not yet answered
         self._confirm: list[tuple[str, str, int]] = []
@@ -83,32 +85,49 @@ class Launcher:
         self._unrecorded: dict[str, int] = {}
 
     def launch_many(self, launches: Sequence[tuple[Target, Job]]) -> None:
-        """Send these jobs in the background, in order, ``concurrency`` at a time
-        (one worker task per slot, not one task per job)."""
-        self._pending.extend(launches)
+        """Send these jobs in the background, each target's in order, ``concurrency``
+        at a time per target (one worker task per slot, not one task per job): a
+        target whose sends hang (a Python function that never returns, a downstream
+        that answers at its timeout) delays its own jobs, never another target's."""
+        pending = self._pending
+        for target, job in launches:
+            jobs = pending.get(target)
+            if jobs is None:
+                jobs = pending[target] = deque()
+            jobs.append(job)
         unrecorded = self._unrecorded
         for queue, n in Counter([job.queue for _, job in launches]).items():
             unrecorded[queue] = unrecorded.get(queue, 0) + n
-        while self._workers < self.concurrency and self._workers < len(self._pending):
-            self._workers += 1
-            self._spawn(self._worker())
+        workers = self._workers
+        for target, jobs in pending.items():
+            running = workers.get(target, 0)
+            while running < self.concurrency and running < len(jobs):
+                running += 1
+                self._spawn(self._worker(target, jobs))
+            workers[target] = running
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
-    async def _worker(self) -> None:
+    async def _worker(self, target: Target, jobs: deque[Job]) -> None:
         try:
-            while self._pending:
-                target, job = self._pending.popleft()
+            while jobs:
+                job = jobs.popleft()
                 if job.trace is None:
                     await self._send(target, job)
                 else:  # the try's trace context is current while it is sent
                     with tracing.tracer().launching(job):
                         await self._send(target, job)
         finally:
-            self._workers -= 1
+            left = self._workers[target] - 1
+            if left:
+                self._workers[target] = left
+            else:  # the target's last worker: nothing of it is kept
+                del self._workers[target]
+                if not jobs and self._pending.get(target) is jobs:
+                    del self._pending[target]
 
     async def _send(self, target: Target, job: Job) -> None:
         dispatch = self._dispatch.get(target, _UNKNOWN)

@@ -14,9 +14,12 @@ exception is a retryable ``response_failed`` try, its traceback kept on the try
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hipq.config import PythonTarget as PythonTargetConfig
@@ -52,6 +55,9 @@ class PythonTarget:
         self._options = dict(config.options)
         self._is_async = inspect.iscoroutinefunction(fn)
         self.in_tick = config.in_tick  # its tries may run within their tick (.inline)
+        # a plain function's threads, the target's own: functions of another target that
+        # never return cannot take them (asyncio.to_thread shares one pool per loop)
+        self._threads: ThreadPoolExecutor | None = None
 
     async def launch(self, job: Job) -> LaunchOutcome:
         return await self.launch_owned(job.snapshot())
@@ -63,7 +69,7 @@ class PythonTarget:
             if self._is_async:
                 value = await self._fn(snapshot, **self._options)
             else:
-                value = await asyncio.to_thread(self._fn, snapshot, **self._options)
+                value = await self._in_thread(snapshot)
         except LaunchError as exc:
             return Completed(status="failed", error={"kind": exc.kind, "detail": str(exc)},
                              retryable=exc.retryable, kind=exc.kind)
@@ -76,5 +82,15 @@ class PythonTarget:
             return value
         return Completed(status="succeeded", result=value)
 
+    async def _in_thread(self, snapshot: Job) -> Any:
+        """The plain function in one of the target's threads, with the caller's
+        context (the try's trace), as ``asyncio.to_thread`` runs it."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(thread_name_prefix="hipq-target")
+        call = functools.partial(contextvars.copy_context().run, self._fn, snapshot,
+                                 **self._options)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
     async def close(self) -> None:
-        return None
+        if self._threads is not None:  # a function still running keeps its thread
+            self._threads.shutdown(wait=False, cancel_futures=True)

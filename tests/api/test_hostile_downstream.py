@@ -2,8 +2,9 @@
 the HTTP target reads at most 64 KiB of an answer, follows no redirect, and a 429
 or 503 with ``Retry-After`` is a throttled try (SPEC 15): given back, its attempt not
 spent, the next try at the partner's time (never sooner than the queue's
-``backoff.initial_seconds``). Real sockets on 127.0.0.1, a live daemon, SQLite and
-PostgreSQL."""
+``backoff.initial_seconds``). A downstream that holds its answers delays only its
+own queue's launches (SPEC 6: nobody blocks another job's launch). Real sockets on
+127.0.0.1, a live daemon, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ class Rude:
         if name == "big":  # 2 MiB of JSON-looking text
             return web.Response(body=b'{"blob": "' + b"y" * (2 * 1024 * 1024) + b'"}',
                                 content_type="application/json")
+        if name == "slow":  # holds its answer, within the target's timeout
+            await asyncio.sleep(3)
         if name == "nul":
             return web.Response(body=b'{"text": "a\\u0000b", "n": 1e400}',
                                 content_type="application/json")
@@ -156,3 +159,28 @@ async def test_a_retry_after_of_zero_waits_the_initial_back_off(live: LiveFactor
     _, api, _, failed_at = await _launch_and_fail_once(live, rude, "busy")
     job = await api.job("q", "j")
     assert datetime.fromisoformat(job["run_at"]) >= failed_at + timedelta(seconds=1)
+
+
+async def test_a_downstream_that_holds_its_answers_blocks_no_other_queue(
+        live: LiveFactory, rude: Rude) -> None:
+    """Every launch slot of the slow queue's target is taken (each send waits 3 s of
+    its 5 s timeout, more jobs behind them): another queue's job is sent at once. The
+    launch slots were shared by every target, and the other queue's job waited
+    behind the slow one's in the same line."""
+    lv = await live(reconcile={"launch_concurrency": 2})
+    api = lv.api
+    assert (await api.call("POST", "/v1/jobs", _queue("slow", f"{rude.url}/slow")))[0] == 201
+    assert (await api.call("POST", "/v1/jobs", _queue("ok", f"{rude.url}/ok")))[0] == 201
+    status, _ = await api.call("POST", "/v1/jobs/slow/batch",
+                               {"jobs": [{"id": f"s{i}"} for i in range(6)]})
+    assert status == 200
+    deadline = time.monotonic() + 10
+    while rude.hits.get("slow", 0) < 2:  # both slots of the slow target are busy
+        assert time.monotonic() < deadline, "the slow launches never came"
+        await asyncio.sleep(0.02)  # polling the downstream; there is no event to wait on
+    sent = time.monotonic()
+    assert (await api.call("PUT", "/v1/jobs/ok/j", {}))[0] == 201
+    lv.daemon.wake()
+    await api.wait_job("ok", "j", "succeeded")
+    assert time.monotonic() - sent < 2.5  # not behind the slow answers (3 s and more)
+    assert rude.hits.get("slow", 0) == 2  # the slow target still holds its own slots
