@@ -85,6 +85,12 @@ _ENCODE = json_text.encoder(separators=(",", ":"))
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
 # a due page's key to start after, for the queue's first page (see "due_time")
 _FROM_THE_FIRST = {"after_priority": None, "after_run_at": None, "after_id": None}
+# The ends of one archive statement go as one JSON text, and PostgreSQL holds no text
+# over 1 GB: a tick ending hundreds of tries with results of a megabyte (callbacks at
+# the API's body bound, a backlog after a restart) would fail its persist at every
+# tick, for every queue. Past this many characters the ends go in several statements
+# (of the same transaction).
+MAX_ENDS_CHARS = 64 * 1024 * 1024
 SKIPPED_ROUNDS = 2  # step 3: changes sent again after a concurrent update skipped them
 # a response as a row of the inbox_insert statement's JSON array
 _INBOX_ROW = attrgetter("correlation_key", "attempt", "status", "retryable", "result",
@@ -487,9 +493,14 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         running row in between; a row changed or locked meanwhile is left alone."""
         if not changes:
             return set()
-        rows = await self._fetch("archive_ran", ends=_ENCODE(list(map(_END_OF, changes))),
-                                 owner=owner, now=now, heartbeat_seconds=heartbeat_seconds)
-        return set(map(_QUEUE_AND_ID, rows))
+        parts = ends_parts(changes)
+        applied: set[JobKey] = set()
+        async with self._driver(transaction=len(parts) > 1) as db:
+            for _, ends in parts:
+                applied.update(map(_QUEUE_AND_ID, await _fetch(
+                    db, "archive_ran", ends=ends, owner=owner, now=now,
+                    heartbeat_seconds=heartbeat_seconds)))
+        return applied
 
     # -- queued and adopted jobs ---------------------------------------------------------
 
@@ -664,28 +675,45 @@ def _persist_calls(changes: Sequence[Change], owner: str,
         batch = [c for c in changes if c.kind is kind]
         if not batch:
             continue
-        ids, queues, jobs = inbox_of(batch)
-        common = {"owner": owner, "now": now, "inbox_ids": ids, "inbox_queues": queues,
-                  "inbox_jobs": jobs}
-        if kind is ChangeKind.ARCHIVE:
-            values: dict[str, Any] = {"ends": _ENCODE(list(map(_END_OF, batch)))}
-        else:
-            values = {"queues": [c.queue for c in batch], "ids": [c.id for c in batch],
-                      "attempts": [c.attempt for c in batch]}
-            if kind is ChangeKind.REQUEUE:
-                values |= {"run_ats": [c.run_at for c in batch],
-                           "datas": [j(c.data) for c in batch],
-                           "errors": [j(c.error) for c in batch],
-                           "outcomes": [c.outcome or "unknown" for c in batch],
-                           "responses": [j(c.response) for c in batch],
-                           "keys": [c.correlation_key for c in batch],
-                           "backs": [1 if c.give_back else 0 for c in batch],
-                           "tokens": [c.token for c in batch]}
-            else:
-                values["deadlines"] = [c.deadline for c in batch]
         statement = SQL[str(kind)]
+        if kind is ChangeKind.ARCHIVE:
+            for part, ends in ends_parts(batch):
+                calls.append((statement.sql, statement.args(
+                    **_inbox_common(part, owner, now), ends=ends)))
+            continue
+        common = _inbox_common(batch, owner, now)
+        values: dict[str, Any] = {"queues": [c.queue for c in batch],
+                                  "ids": [c.id for c in batch],
+                                  "attempts": [c.attempt for c in batch]}
+        if kind is ChangeKind.REQUEUE:
+            values |= {"run_ats": [c.run_at for c in batch],
+                       "datas": [j(c.data) for c in batch],
+                       "errors": [j(c.error) for c in batch],
+                       "outcomes": [c.outcome or "unknown" for c in batch],
+                       "responses": [j(c.response) for c in batch],
+                       "keys": [c.correlation_key for c in batch],
+                       "backs": [1 if c.give_back else 0 for c in batch],
+                       "tokens": [c.token for c in batch]}
+        else:
+            values["deadlines"] = [c.deadline for c in batch]
         calls.append((statement.sql, statement.args(**common, **values)))
     return calls
+
+
+def _inbox_common(batch: Sequence[Change], owner: str, now: datetime) -> dict[str, Any]:
+    ids, queues, jobs = inbox_of(batch)
+    return {"owner": owner, "now": now, "inbox_ids": ids, "inbox_queues": queues,
+            "inbox_jobs": jobs}
+
+
+def ends_parts(changes: Sequence[Change]) -> list[tuple[Sequence[Change], str]]:
+    """The changes' ends as JSON text, in one part or, past :data:`MAX_ENDS_CHARS`,
+    in halves until each part is under it (or one change)."""
+    ends = _ENCODE(list(map(_END_OF, changes)))
+    if len(ends) <= MAX_ENDS_CHARS or len(changes) == 1:
+        return [(changes, ends)]
+    half = len(changes) // 2
+    return [*ends_parts(changes[:half]), *ends_parts(changes[half:])]
 
 
 async def create_store(url: str, *, pool_size: int) -> PostgresStore:
