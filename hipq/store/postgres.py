@@ -41,12 +41,12 @@ from hipq.store.due import RELAXED, DueShape
 from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
 from hipq.store.listing import listed_response
 from hipq.store.pg_connections import PgConnections
+from hipq.store.pg_persist import ends_parts, marks_of, persist_calls
 from hipq.store.pgsql import SQL, insert_jobs_call, to_json
 from hipq.store.postgres_intake import IntakeStatements
 from hipq.store.postgres_partner import PartnerStatements
 from hipq.store.records import (
     Change,
-    ChangeKind,
     InboxOutcome,
     InboxRow,
     InsertOutcome,
@@ -79,18 +79,10 @@ _created = evolver(InsertOutcome, ("id", "job"))
 # a claimed job: the job as fetched, marked running by this try
 _claimed = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "launched_at",
                          "owner", "launch_confirmed", "updated_at"))
-_END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "outcome",
-                     "response")
 _ENCODE = json_text.encoder(separators=(",", ":"))
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
 # a due page's key to start after, for the queue's first page (see "due_time")
 _FROM_THE_FIRST = {"after_priority": None, "after_run_at": None, "after_id": None}
-# The ends of one archive statement go as one JSON text, and PostgreSQL holds no text
-# over 1 GB: a tick ending hundreds of tries with results of a megabyte (callbacks at
-# the API's body bound, a backlog after a restart) would fail its persist at every
-# tick, for every queue. Past this many characters the ends go in several statements
-# (of the same transaction).
-MAX_ENDS_CHARS = 64 * 1024 * 1024
 SKIPPED_ROUNDS = 2  # step 3: changes sent again after a concurrent update skipped them
 # a response as a row of the inbox_insert statement's JSON array
 _INBOX_ROW = attrgetter("correlation_key", "attempt", "status", "retryable", "result",
@@ -468,9 +460,9 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         the guards decide as before (:data:`SKIPPED_ROUNDS` times at most)."""
         if not changes and not inbox:
             return set()
-        calls = _persist_calls(changes, owner, now)
+        calls = persist_calls(changes, owner, now)
         mark = SQL["inbox_mark"]
-        calls.extend((mark.sql, mark.args(**values)) for values in _marks(inbox, now))
+        calls.extend((mark.sql, mark.args(**values)) for values in marks_of(inbox, now))
         applied: set[JobKey] = set()
         async with self._driver(transaction=len(calls) > 1) as db:
             for sql, args in calls:
@@ -480,7 +472,7 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
                 if not missed:
                     break
                 before = len(applied)
-                for sql, args in _persist_calls(missed, owner, now):
+                for sql, args in persist_calls(missed, owner, now):
                     applied.update(map(_QUEUE_AND_ID, await db.fetch(sql, *args)))
                 if len(applied) == before:  # what is left no longer holds: not ours
                     break
@@ -557,7 +549,7 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
 
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:
-        groups = _marks(marks, now)
+        groups = marks_of(marks, now)
         if not groups:
             return
         async with self._driver(transaction=len(groups) > 1) as db:
@@ -650,70 +642,6 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
     async def archive_prune(self, *, before: datetime, limit: int) -> int:
         row = await self._fetchrow("prune", before=before, limit=limit)
         return max(int(row["jobs"]), int(row["responses"]))
-
-
-def inbox_of(changes: Sequence[Change]) -> tuple[list[int], list[str], list[str]]:
-    """The responses these changes apply: (inbox ids, their queues, their job ids)."""
-    pairs = [(i, c.queue, c.id) for c in changes for i in c.inbox_ids]
-    return [i for i, _, _ in pairs], [q for _, q, _ in pairs], [j for _, _, j in pairs]
-
-
-def _marks(marks: Sequence[tuple[int, InboxOutcome]], now: datetime) -> list[dict[str, Any]]:
-    """The values of the ``inbox_mark`` statement, one set per outcome."""
-    ids: dict[str, list[int]] = {}
-    for inbox_id, outcome in marks:
-        ids.setdefault(str(outcome), []).append(inbox_id)
-    return [{"ids": group, "outcome": outcome, "now": now} for outcome, group in ids.items()]
-
-
-def _persist_calls(changes: Sequence[Change], owner: str,
-                   now: datetime) -> list[tuple[str, list[Any]]]:
-    """The (statement, arguments) of each kind of change in ``changes``."""
-    j = to_json
-    calls: list[tuple[str, list[Any]]] = []
-    for kind in ChangeKind:
-        batch = [c for c in changes if c.kind is kind]
-        if not batch:
-            continue
-        statement = SQL[str(kind)]
-        if kind is ChangeKind.ARCHIVE:
-            for part, ends in ends_parts(batch):
-                calls.append((statement.sql, statement.args(
-                    **_inbox_common(part, owner, now), ends=ends)))
-            continue
-        common = _inbox_common(batch, owner, now)
-        values: dict[str, Any] = {"queues": [c.queue for c in batch],
-                                  "ids": [c.id for c in batch],
-                                  "attempts": [c.attempt for c in batch]}
-        if kind is ChangeKind.REQUEUE:
-            values |= {"run_ats": [c.run_at for c in batch],
-                       "datas": [j(c.data) for c in batch],
-                       "errors": [j(c.error) for c in batch],
-                       "outcomes": [c.outcome or "unknown" for c in batch],
-                       "responses": [j(c.response) for c in batch],
-                       "keys": [c.correlation_key for c in batch],
-                       "backs": [1 if c.give_back else 0 for c in batch],
-                       "tokens": [c.token for c in batch]}
-        else:
-            values["deadlines"] = [c.deadline for c in batch]
-        calls.append((statement.sql, statement.args(**common, **values)))
-    return calls
-
-
-def _inbox_common(batch: Sequence[Change], owner: str, now: datetime) -> dict[str, Any]:
-    ids, queues, jobs = inbox_of(batch)
-    return {"owner": owner, "now": now, "inbox_ids": ids, "inbox_queues": queues,
-            "inbox_jobs": jobs}
-
-
-def ends_parts(changes: Sequence[Change]) -> list[tuple[Sequence[Change], str]]:
-    """The changes' ends as JSON text, in one part or, past :data:`MAX_ENDS_CHARS`,
-    in halves until each part is under it (or one change)."""
-    ends = _ENCODE(list(map(_END_OF, changes)))
-    if len(ends) <= MAX_ENDS_CHARS or len(changes) == 1:
-        return [(changes, ends)]
-    half = len(changes) // 2
-    return [*ends_parts(changes[:half]), *ends_parts(changes[half:])]
 
 
 async def create_store(url: str, *, pool_size: int) -> PostgresStore:

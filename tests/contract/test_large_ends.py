@@ -2,7 +2,7 @@
 tick ending hundreds of tries with results of a megabyte each (callbacks at the
 API's body bound; a backlog read after a restart) sent every end in one parameter,
 which failed at every tick, for every queue. The ends now go in several statements
-of the same transaction past ``hipq.store.postgres.MAX_ENDS_CHARS``; here that bound
+of the same transaction past ``hipq.store.pg_persist.MAX_ENDS_CHARS``; here that bound
 is lowered so a few results cross it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from hipq.jobs import JobState
-from hipq.store import Store, postgres
+from hipq.store import Store, pg_persist
 from hipq.testing import FakeClock
 from tests.contract.test_archive_ran import ended
 from tests.contract.test_store import OWNER, Q, archive, get, insert, make_job, start
@@ -23,19 +23,19 @@ RESULT = "r" * 500  # 40 ends of about 600 characters: 24,000, split under 2,000
 def small_bound(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     if store.dialect != "postgresql":
         pytest.skip("SQLite writes the ends row by row")
-    monkeypatch.setattr(postgres, "MAX_ENDS_CHARS", 2000)
+    monkeypatch.setattr(pg_persist, "MAX_ENDS_CHARS", 2000)
 
 
 def test_the_bound_is_far_under_postgresqls_limit() -> None:
     # one JSON text of ends, then jsonb inside the statement: 1 GB each at most
-    assert postgres.MAX_ENDS_CHARS * 8 < 1024**3
+    assert pg_persist.MAX_ENDS_CHARS * 8 < 1024**3
 
 
 @pytest.mark.usefixtures("small_bound")
 async def test_step_3_splits_ends_past_the_bound(store: Store, clock: FakeClock) -> None:
     jobs = await start(store, clock, *[make_job(clock, f"j{n}") for n in range(JOBS)])
     changes = [archive(j, result={"n": j.id, "pad": RESULT}) for j in jobs]
-    assert len(postgres.ends_parts(changes)) >= 16
+    assert len(pg_persist.ends_parts(changes)) >= 16
     applied = await store.persist_batch(changes=changes, owner=OWNER, now=clock.advance(1))
     assert applied == {(Q, j.id) for j in jobs}
     for j in jobs:
@@ -57,9 +57,9 @@ async def test_in_tick_archive_splits_ends_past_the_bound(store: Store,
 
 
 def test_one_end_over_the_bound_stays_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(postgres, "MAX_ENDS_CHARS", 10)
+    monkeypatch.setattr(pg_persist, "MAX_ENDS_CHARS", 10)
     clock = FakeClock()
     change = ended(make_job(clock, "big"), result={"pad": RESULT})
-    [(part, text)] = postgres.ends_parts([change])
+    [(part, text)] = pg_persist.ends_parts([change])
     assert list(part) == [change]
     assert RESULT in text

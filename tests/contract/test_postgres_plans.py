@@ -70,7 +70,7 @@ async def test_marking_a_ticks_responses_scans_the_inbox_once(
         store: Store, clock: FakeClock, kind: ChangeKind) -> None:
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    from hipq.store.postgres import _persist_calls
+    from hipq.store.pg_persist import persist_calls
 
     await _busy_inbox(store, clock)
     jobs = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(TICK)))
@@ -87,7 +87,7 @@ async def test_marking_a_ticks_responses_scans_the_inbox_once(
                                   status="failed", outcome="failed", run_at=now,
                                   deadline=now + timedelta(seconds=60),
                                   correlation_key=job.correlation_key, inbox_ids=[inbox_id]))
-    [(sql, args)] = _persist_calls(changes, OWNER, now)
+    [(sql, args)] = persist_calls(changes, OWNER, now)
 
     scans = _scans_of(await _explain(store, sql, args), "response_inbox")
     assert scans, "the statement does not mark the responses"
@@ -99,14 +99,14 @@ async def test_marking_stale_responses_scans_the_inbox_once(store: Store,
                                                              clock: FakeClock) -> None:
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    from hipq.store.postgres import _marks
+    from hipq.store.pg_persist import marks_of
 
     await _busy_inbox(store, clock)
     ids = await store.inbox_insert_many(
         [Response(correlation_key=f"k{i}") for i in range(TICK)], now=clock.now())
     marks = [(i, InboxOutcome.STALE if n % 2 else InboxOutcome.DUPLICATE)
              for n, i in enumerate(ids) if i is not None]
-    groups = _marks(marks, clock.now())
+    groups = marks_of(marks, clock.now())
     assert len(groups) == 2
     for values in groups:
         statement = SQL["inbox_mark"]
