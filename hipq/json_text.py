@@ -54,6 +54,7 @@ def encoder(*, sort_keys: bool = False, ensure_ascii: bool = True, allow_nan: bo
 
 
 dumps = encoder()  # json.dumps(value) with its default options
+compact = encoder(separators=(",", ":"))  # the same without spaces (what hipq sends and stores)
 
 
 try:  # the C scanner json.loads itself ends in (CPython's _json)

@@ -16,7 +16,7 @@ from hipq.store.records import Change, ChangeKind, InboxOutcome
 
 _END_OF = attrgetter("queue", "id", "attempt", "status", "result", "error", "outcome",
                      "response")
-_ENCODE = json_text.encoder(separators=(",", ":"))
+_ENCODE = json_text.compact
 # The ends of one archive statement go as one JSON text, and PostgreSQL holds no text
 # over 1 GB: a tick ending hundreds of tries with results of a megabyte (callbacks at
 # the API's body bound, a backlog after a restart) would fail its persist at every

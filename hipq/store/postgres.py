@@ -79,7 +79,7 @@ _created = evolver(InsertOutcome, ("id", "job"))
 # a claimed job: the job as fetched, marked running by this try
 _claimed = evolver(Job, ("status", "attempt", "correlation_key", "deadline", "launched_at",
                          "owner", "launch_confirmed", "updated_at"))
-_ENCODE = json_text.encoder(separators=(",", ":"))
+_ENCODE = json_text.compact
 _QUEUE_AND_ID = itemgetter("queue", "id")  # of a RETURNING row
 # a due page's key to start after, for the queue's first page (see "due_time")
 _FROM_THE_FIRST = {"after_priority": None, "after_run_at": None, "after_id": None}

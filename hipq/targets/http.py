@@ -69,7 +69,7 @@ RETRYABLE_4XX = frozenset({408, 429})
 MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 EPOCH_AFTER_SECONDS = 365 * 86400.0  # a reset larger than this is an epoch time
-_ENCODE = json_text.encoder(separators=(",", ":"))  # a launch's body
+_ENCODE = json_text.compact  # a launch's body
 
 
 class HttpClient:
