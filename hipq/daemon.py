@@ -354,7 +354,8 @@ class Daemon:
     async def _tick(self) -> bool:
         """One reconcile pass, run by the driver; never raises. True when more is due
         at once: it launched a full batch, or tries ended within it (in-tick runs:
-        the capacity they took is free again, and no answer will wake the next)."""
+        the capacity they took is free again, and no answer will wake the next), or
+        step 0 left new responses for the next tick (its bound per tick)."""
         try:
             return await self._reconcile()
         finally:
@@ -389,7 +390,8 @@ class Daemon:
             except Exception:  # never the driver's end: the periodic tick carries on
                 log.exception("could not schedule a tick", extra={"action": "tick_error"})
         return (result.launched >= self.settings.reconcile.fetch_limit
-                or result.ran_inline > 0 or result.archiving > 0)
+                or result.ran_inline > 0 or result.archiving > 0
+                or self.reconciler.inbox.backlog)  # new responses were left for it
 
     async def _ingest(self) -> bool:
         """The intake's rows of the owned queues become jobs (SPEC 16), when a

@@ -13,7 +13,9 @@ others are only marked) or ``unmatched`` (no job had the key within
 Rows this process wrote are handed to the inbox once committed (:meth:`Inbox.wrote`)
 and applied from memory: reading them back would give the same rows. Rows other
 writers made are read (an id cursor), when told they arrived (NOTIFY) and once a
-second; the cursor passes the handed-over rows at that read.
+second; the cursor passes the handed-over rows at that read. A tick reads a bounded
+part of them (rows, and their JSON text): a backlog of large responses is read over
+several ticks, run back to back (:attr:`Inbox.backlog`).
 
 Who is authoritative: the owner of a job's queue applies its responses; the sweep
 leaves a response alone while a live job (queued, or running elsewhere) holds
@@ -43,6 +45,11 @@ log = logging.getLogger(__name__)
 SWEEP_LIMIT = 500  # pending rows classified per sweep
 SWEEP_GRACE = timedelta(seconds=1)  # a response this young may still find its try
 NEW_ROWS_PAGE = 2000  # new pending rows read per page in step 0
+NEW_PAGES_PER_TICK = 5  # pages step 0 reads at most; the rest waits for the next tick
+# result and error JSON text (characters) a page of step 0, or a sweep, reads at most
+# (past its first row): a backlog of large responses, after a restart or a handover,
+# is read over several ticks, not held at once
+PAGE_CHARS = 16 * 2**20
 LOOKBACK_IDS = 256  # ids below the cursor read again (rows committed out of id order)
 _FAR = timedelta(days=3650)
 READ_EVERY = timedelta(seconds=1)  # with events: new rows read at least this often
@@ -73,6 +80,11 @@ class Inbox:
         # rows this process wrote, committed, not applied yet; the highest id handed over
         self._written: list[InboxRow] = []
         self._written_max = 0
+        # step 0 left new rows unread (its bound per tick): the next tick is due at once,
+        # and reads on after the last row read (not from below the cursor again: rows
+        # left pending there, another daemon's, could take a tick's whole bound)
+        self.backlog = False
+        self._resume = 0
 
     def use_events(self) -> None:
         """Read new inbox rows only when told some arrived (and once a second)."""
@@ -128,19 +140,26 @@ class Inbox:
         await self._apply_rows(batch, rows, now, counters)
 
     async def _new_rows(self, now: datetime, *, passed: int = 0) -> list[InboxRow]:
-        """The pending rows past the cursor; then the cursor passes them and ``passed``
-        (the rows handed over before this read: their ids were taken when they
-        committed, so the read sees what committed below them, as for rows read)."""
+        """The pending rows past the cursor, at most :data:`NEW_PAGES_PER_TICK` pages
+        (each bounded in rows and in :data:`PAGE_CHARS`); then the cursor passes them
+        and ``passed`` (the rows handed over before this read: their ids were taken
+        when they committed, so the read sees what committed below them, as for rows
+        read). When rows are left, the next tick reads on after the last row read,
+        and :attr:`backlog` says it is due at once."""
         rows: list[InboxRow] = []
-        after = max(self._cursor - LOOKBACK_IDS, 0)
-        while True:
-            page = await self.store.inbox_pending_scan(after_id=after, before=now + _FAR,
-                                                       limit=NEW_ROWS_PAGE)
-            rows.extend(page)
-            if len(page) < NEW_ROWS_PAGE:
-                break
-            after = page[-1].id
-        self._cursor = max(self._cursor, rows[-1].id if rows else 0, passed)
+        after = self._resume if self.backlog else max(self._cursor - LOOKBACK_IDS, 0)
+        for _ in range(NEW_PAGES_PER_TICK):
+            page = await self.store.inbox_pending_scan(
+                after_id=after, before=now + _FAR, limit=NEW_ROWS_PAGE, max_chars=PAGE_CHARS)
+            rows.extend(page.rows)
+            if not page.more:
+                self.backlog = False
+                self._cursor = max(self._cursor, rows[-1].id if rows else 0, passed)
+                return rows
+            after = page.rows[-1].id
+        self.backlog, self._resume = True, after
+        self._arrived = True  # (with events) the next tick reads on
+        self._cursor = max(self._cursor, after)
         return rows
 
     async def _apply_rows(self, batch: Batch, rows: list[InboxRow], now: datetime,
@@ -185,9 +204,11 @@ class Inbox:
     async def sweep(self, batch: Batch, now: datetime, counters: Counters) -> None:
         """Walk the pending rows (one bounded page per call): apply those an entry
         claims, and classify the rest (late, or unmatched after the buffer time)."""
-        rows = await self.store.inbox_pending_scan(after_id=self._sweep_after,
-                                                   before=now - SWEEP_GRACE, limit=SWEEP_LIMIT)
-        self._sweep_after = rows[-1].id if len(rows) == SWEEP_LIMIT else 0
+        page = await self.store.inbox_pending_scan(after_id=self._sweep_after,
+                                                   before=now - SWEEP_GRACE, limit=SWEEP_LIMIT,
+                                                   max_chars=PAGE_CHARS)
+        rows = page.rows
+        self._sweep_after = rows[-1].id if page.more else 0
         if not rows:
             return
         rows = await self._apply_rows(batch, rows, now, counters)

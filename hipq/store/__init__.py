@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         Change,
         ChangeKind,
         InboxOutcome,
+        InboxPage,
         InboxRow,
         InsertOutcome,
         InsertStatus,
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
         Response,
     )
 
-_RECORDS = ("Change", "ChangeKind", "InboxOutcome", "InboxRow", "InsertOutcome", "InsertStatus",
-            "JobHistory", "ListedResponse", "QueueRecord", "QueueStats", "Response")
+_RECORDS = ("Change", "ChangeKind", "InboxOutcome", "InboxPage", "InboxRow", "InsertOutcome",
+            "InsertStatus", "JobHistory", "ListedResponse", "QueueRecord", "QueueStats",
+            "Response")
 _WHERE = {
     "Store": "hipq.store.base",
     "normalize_url": "hipq.store.factory",
@@ -42,6 +44,7 @@ __all__ = [
     "Change",
     "ChangeKind",
     "InboxOutcome",
+    "InboxPage",
     "InboxRow",
     "InsertOutcome",
     "InsertStatus",

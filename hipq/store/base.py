@@ -31,6 +31,7 @@ from hipq.store.records import (
     Backoff,
     Change,
     InboxOutcome,
+    InboxPage,
     InboxRow,
     InsertOutcome,
     IntakeRow,
@@ -294,10 +295,14 @@ class Store(Protocol):
     async def inbox_pending_for_keys(self, keys: Sequence[str]) -> list[InboxRow]:
         """Unapplied responses for these correlation keys, oldest (lowest id) first."""
 
-    async def inbox_pending_scan(self, *, after_id: int, before: datetime,
-                                 limit: int) -> list[InboxRow]:
+    async def inbox_pending_scan(self, *, after_id: int, before: datetime, limit: int,
+                                 max_chars: int | None = None) -> InboxPage:
         """Unapplied responses with id > ``after_id`` received before ``before``, by
-        id, at most ``limit``: one page of the sweep."""
+        id, at most ``limit``: one page of step 0's read or of the sweep. With
+        ``max_chars``, the page also ends before the first row, past its first one,
+        whose ``result`` and ``error`` JSON text would bring the page's past
+        ``max_chars`` characters: what a page holds in memory is bounded by both,
+        whatever the responses weigh (one row may still weigh more on its own)."""
 
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:

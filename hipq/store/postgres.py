@@ -48,6 +48,7 @@ from hipq.store.postgres_partner import PartnerStatements
 from hipq.store.records import (
     Change,
     InboxOutcome,
+    InboxPage,
     InboxRow,
     InsertOutcome,
     InsertStatus,
@@ -57,9 +58,11 @@ from hipq.store.records import (
     Response,
 )
 from hipq.store.rows import (
+    NO_BOUND,
     attempt_of,
     chunks,
     inbox_ids_in_order,
+    inbox_page,
     inbox_row,
     insert_outcome,
     job_from_row,
@@ -542,10 +545,12 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         return [inbox_row(r) for r in await self._fetch("inbox_pending_for_keys",
                                                         keys=list(keys))]
 
-    async def inbox_pending_scan(self, *, after_id: int, before: datetime,
-                                 limit: int) -> list[InboxRow]:
-        return [inbox_row(r) for r in await self._fetch(
-            "inbox_pending_scan", after_id=after_id, before=before, limit=limit)]
+    async def inbox_pending_scan(self, *, after_id: int, before: datetime, limit: int,
+                                 max_chars: int | None = None) -> InboxPage:
+        rows = await self._fetch("inbox_pending_scan", after_id=after_id, before=before,
+                                 limit=limit, max_chars=NO_BOUND if max_chars is None
+                                 else max_chars)
+        return inbox_page(rows, limit)
 
     async def inbox_mark_many(self, marks: Sequence[tuple[int, InboxOutcome]], *,
                               now: datetime) -> None:

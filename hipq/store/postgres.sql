@@ -675,10 +675,21 @@ ORDER BY id
 
 -- name: inbox_pending_scan
 -- Unapplied responses after an id, received before a time, by id (the pending rows'
--- partial index): step 0's cursor over new rows, and the sweep.
-SELECT * FROM response_inbox
-WHERE applied_at IS NULL AND id > :after_id AND received_at < :before
-ORDER BY id LIMIT :limit
+-- partial index): step 0's cursor over new rows, and the sweep. At most :limit rows,
+-- and none past the first that starts after :max_chars characters of result and
+-- error JSON text: the page's ids and sizes are read first (page_rows: how many),
+-- then only the rows within the bound are read whole.
+WITH page AS MATERIALIZED (
+    SELECT s.id, sum(s.chars) OVER (ORDER BY s.id) - s.chars AS chars_before,
+           count(*) OVER () AS page_rows
+    FROM (SELECT r.id, COALESCE(length(r.result::text), 0)
+                       + COALESCE(length(r.error::text), 0) AS chars
+          FROM response_inbox r
+          WHERE r.applied_at IS NULL AND r.id > :after_id AND r.received_at < :before
+          ORDER BY r.id LIMIT :limit) AS s)
+SELECT r.*, p.page_rows FROM page p JOIN response_inbox r ON r.id = p.id
+WHERE p.chars_before < :max_chars::int8
+ORDER BY r.id
 
 -- name: unmatched_page
 -- Responses marked unmatched, newest first (a range scan of the partial index

@@ -85,6 +85,19 @@ class InboxRow:
     token: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class InboxPage:
+    """A page of pending inbox rows (:meth:`~hipq.store.base.Store.inbox_pending_scan`):
+    ``more`` when it ended at its row limit or its size bound, so that rows may
+    follow its last one; False when it reached the last pending row."""
+
+    rows: list[InboxRow]
+    more: bool
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 def written_rows(responses: Sequence[Response], ids: Sequence[int | None],
                  received_at: datetime) -> list[InboxRow]:
     """The inbox rows ``inbox_insert_many(responses, now=received_at)`` wrote, from

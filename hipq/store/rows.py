@@ -14,6 +14,7 @@ from hipq.jobs import Attempt, Job, row_reader
 from hipq.store.columns import JOBS_COLUMN_NAMES
 from hipq.store.due import RELAXED
 from hipq.store.records import (
+    InboxPage,
     InboxRow,
     InsertOutcome,
     InsertStatus,
@@ -60,6 +61,18 @@ def inbox_row(r: Any) -> InboxRow:
                     status=r["status"], retryable=r["retryable"], result=r["result"],
                     error=r["error"], extend_seconds=r["extend_seconds"],
                     source=r["source"], received_at=r["received_at"], token=r["token"])
+
+
+NO_BOUND = 2**62  # inbox_pending_scan's max_chars when the caller gives none
+
+
+def inbox_page(rows: Sequence[Any], limit: int) -> InboxPage:
+    """The :class:`InboxPage` of ``inbox_pending_scan``'s rows, each of which carries
+    ``page_rows``: how many rows the page held before its size bound cut it."""
+    if not rows:
+        return InboxPage([], False)
+    held = rows[0]["page_rows"]
+    return InboxPage([inbox_row(r) for r in rows], more=held >= limit or len(rows) < held)
 
 
 def inbox_values(r: Any, received_at: Any) -> dict[str, Any]:

@@ -20,11 +20,20 @@ from hipq.store.common import VERSION_KEY, JobKey, QueueCounts, StoreBase
 from hipq.store.due import RELAXED, DueShape
 from hipq.store.history import history_of
 from hipq.store.listing import VALUES, listed_response
-from hipq.store.records import InboxRow, JobHistory, JobStanding, ListedResponse, QueueRecord
+from hipq.store.records import (
+    InboxPage,
+    InboxRow,
+    JobHistory,
+    JobStanding,
+    ListedResponse,
+    QueueRecord,
+)
 from hipq.store.rows import (
     INSERT_CHUNK,
+    NO_BOUND,
     attempt_of,
     chunks,
+    inbox_page,
     inbox_row,
     job_from_row,
     queue_record,
@@ -196,14 +205,27 @@ class SQLiteReads(StoreBase):
         out.sort(key=lambda r: r.id)
         return out
 
-    async def inbox_pending_scan(self, *, after_id: int, before: datetime,
-                                 limit: int) -> list[InboxRow]:
+    async def inbox_pending_scan(self, *, after_id: int, before: datetime, limit: int,
+                                 max_chars: int | None = None) -> InboxPage:
+        # as PostgreSQL's (postgres.sql): the page's ids and sizes first, then the rows
+        # within the bound (a JSON value is stored as its text here)
         t = s.response_inbox
+        chars = (sa.func.coalesce(sa.func.length(t.c.result), 0)
+                 + sa.func.coalesce(sa.func.length(t.c.error), 0))
+        sized = (sa.select(t.c.id, chars.label("chars"))
+                 .where(t.c.applied_at.is_(None), t.c.id > after_id, t.c.received_at < before)
+                 .order_by(t.c.id).limit(limit).subquery())
+        page = sa.select(
+            sized.c.id,
+            (sa.func.sum(sized.c.chars).over(order_by=sized.c.id) - sized.c.chars)
+            .label("chars_before"),
+            sa.func.count().over().label("page_rows")).subquery()
         async with self._tx() as conn:
-            rows = await conn.execute(sa.select(t).where(
-                t.c.applied_at.is_(None), t.c.id > after_id, t.c.received_at < before)
-                .order_by(t.c.id).limit(limit))
-            return [inbox_row(r._mapping) for r in rows]
+            rows = await conn.execute(
+                sa.select(t, page.c.page_rows).join(page, page.c.id == t.c.id)
+                .where(page.c.chars_before < (NO_BOUND if max_chars is None else max_chars))
+                .order_by(t.c.id))
+            return inbox_page([r._mapping for r in rows], limit)
 
     async def inbox_list_unmatched(self, *, limit: int = 100,
                                    after: tuple[datetime, int] | None = None,

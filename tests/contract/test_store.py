@@ -543,9 +543,40 @@ async def test_inbox_pending_scan(store: Store, clock: FakeClock) -> None:
     before = clock.now() - timedelta(seconds=25)  # received at +30 s, d and e are too recent
 
     page = await store.inbox_pending_scan(after_id=0, before=before, limit=1)
-    assert [r.correlation_key for r in page] == ["a"]
-    rest = await store.inbox_pending_scan(after_id=page[-1].id, before=before, limit=10)
-    assert [r.correlation_key for r in rest] == ["c"]
+    assert ([r.correlation_key for r in page.rows], page.more) == (["a"], True)
+    rest = await store.inbox_pending_scan(after_id=page.rows[-1].id, before=before, limit=10)
+    assert ([r.correlation_key for r in rest.rows], rest.more) == (["c"], False)
+    last = await store.inbox_pending_scan(after_id=rest.rows[-1].id, before=before, limit=10)
+    assert (last.rows, last.more) == ([], False)
+
+
+async def test_inbox_pending_scan_bounds_what_a_page_holds(store: Store,
+                                                           clock: FakeClock) -> None:
+    """A page ends before the row that would start past ``max_chars`` of result and
+    error JSON text (its first row always comes, however large), and says more
+    rows follow; the next page goes on from its last row, none skipped."""
+    sizes = [10, 40, 40, 5, 200, 1, 1]
+    await store.inbox_insert_many(
+        [Response(correlation_key=f"k{i}", result="x" * (n - 2) if n >= 2 else None,
+                  error={"e": 1} if i == 5 else None) for i, n in enumerate(sizes)],
+        now=clock.now())
+    before = clock.advance(1)
+    pages: list[list[str]] = []
+    after = 0
+    while True:
+        page = await store.inbox_pending_scan(after_id=after, before=before, limit=10,
+                                              max_chars=60)
+        pages.append([r.correlation_key for r in page.rows])
+        if not page.more:
+            break
+        after = page.rows[-1].id
+    # k0+k1 = 50 chars, k2 starts at 50 (< 60): in; k3 starts at 90: the next page;
+    # k4 (200) alone starts that page's second row at 5: in; k5 starts at 205: next
+    assert pages == [["k0", "k1", "k2"], ["k3", "k4"], ["k5", "k6"]]
+    whole = await store.inbox_pending_scan(after_id=0, before=before, limit=10)
+    assert (len(whole.rows), whole.more) == (7, False)
+    big = await store.inbox_pending_scan(after_id=0, before=before, limit=10, max_chars=1)
+    assert ([r.correlation_key for r in big.rows], big.more) == (["k0"], True)
 
 
 # -- ending queued jobs -----------------------------------------------------------------
@@ -789,7 +820,7 @@ async def test_pending_rows_come_back_whole(store: Store, clock: FakeClock) -> N
         correlation_key="k", status="failed", attempt=2, retryable=False,
         result={"partial": [1, 2]}, error={"kind": "boom", "detail": "x"}, extend_seconds=5.5,
         source="kafka", token="tok-1")], now=clock.now())
-    [row] = await store.inbox_pending_scan(after_id=0, before=clock.advance(1), limit=10)
+    [row] = (await store.inbox_pending_scan(after_id=0, before=clock.advance(1), limit=10)).rows
     assert (row.id, row.correlation_key, row.status, row.attempt, row.retryable) == (
         row_id, "k", "failed", 2, False)
     assert (row.result, row.error) == ({"partial": [1, 2]}, {"kind": "boom", "detail": "x"})
