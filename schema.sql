@@ -1,4 +1,4 @@
--- hipq schema version 13. Generated from hipq/store/schema.py
+-- hipq schema version 14. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -44,7 +44,7 @@ CREATE INDEX ix_archived_jobs_finished ON archived_jobs (finished_at, queue, id)
 
 CREATE INDEX ix_archived_jobs_folded_key ON archived_jobs (correlation_key) WHERE history_source IS NOT NULL;
 
-CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id);
+CREATE INDEX ix_archived_jobs_queue_finished ON archived_jobs (queue, finished_at, id) WHERE finished_at IS NOT NULL;
 
 CREATE INDEX ix_archived_jobs_unsucceeded ON archived_jobs (status, finished_at, queue, id) WHERE status != 'succeeded';
 

@@ -149,8 +149,10 @@ WHERE (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
 ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
 
 -- name: archived_page_queue
+-- "finished_at IS NOT NULL" (every row's) is ix_archived_jobs_queue_finished's
+-- predicate (schema version 14): stated, the index serves the page.
 SELECT * FROM archived_jobs
-WHERE queue = :queue
+WHERE queue = :queue AND finished_at IS NOT NULL
   AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
                                   COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
 ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
@@ -173,7 +175,7 @@ ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit
 
 -- name: archived_page_queue_status
 SELECT * FROM archived_jobs
-WHERE queue = :queue AND status = :status
+WHERE queue = :queue AND status = :status AND finished_at IS NOT NULL
   AND (finished_at, queue, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
                                   COALESCE(:after_queue::text, ''), COALESCE(:after_id::text, ''))
 ORDER BY finished_at DESC, queue DESC, id DESC LIMIT :limit

@@ -129,8 +129,12 @@ sa.Index("ix_archived_jobs_folded_key", archived_jobs.c.correlation_key,
          postgresql_where=_folded_key, sqlite_where=_folded_key)
 sa.Index("ix_archived_jobs_finished", archived_jobs.c.finished_at, archived_jobs.c.queue,
          archived_jobs.c.id)
+# version 14, PostgreSQL: partial on a predicate every row meets, so that a probe by
+# (queue, id) cannot read it (only the primary key); the readers by queue and time
+# state the predicate (postgres.sql, archived_page_queue)
+_finished = archived_jobs.c.finished_at.is_not(None)
 sa.Index("ix_archived_jobs_queue_finished", archived_jobs.c.queue, archived_jobs.c.finished_at,
-         archived_jobs.c.id)
+         archived_jobs.c.id, postgresql_where=_finished)
 _unsucceeded = archived_jobs.c.status != "succeeded"  # version 10
 sa.Index("ix_archived_jobs_unsucceeded", archived_jobs.c.status, archived_jobs.c.finished_at,
          archived_jobs.c.queue, archived_jobs.c.id, postgresql_where=_unsucceeded,

@@ -15,7 +15,7 @@ from importlib import resources
 
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 13  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 14  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)

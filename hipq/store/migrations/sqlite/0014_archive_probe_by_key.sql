@@ -1,0 +1,4 @@
+-- Schema version 14: nothing changes on SQLite. PostgreSQL's planner could read a
+-- young archive through ix_archived_jobs_queue_finished for a probe by (queue, id);
+-- SQLite inserts archived rows with ON CONFLICT DO NOTHING on the primary key and
+-- reads that index by (queue, finished_at) only (see the PostgreSQL file).
