@@ -1,0 +1,81 @@
+"""The plan of step 0's read of new inbox rows (``inbox_pending_scan``) in a busy
+inbox: it reads the page's rows, not the applied ones kept before them.
+
+The page's ids and sizes are read first (a materialized CTE), then the rows within
+the character bound are read whole. Joined to that CTE, whose rows the planner cannot
+count, the rows were read by a merge join that walked the primary key from the
+inbox's first row: every applied row kept, at every read (20,000 rows for a page of
+2,000 here; in a Kafka round trip of 20,000 jobs, some runs spent 0.13-0.35 ms of
+PostgreSQL a job in this statement, against 0.07 for all the rest). The rows are now
+read by one scan of the primary key over an array of the page's ids, as step 3
+marks responses.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hipq.store import InboxOutcome, Response, Store
+from hipq.store.pgsql import SQL
+from hipq.testing import FakeClock
+from tests.contract._plans import nodes
+
+APPLIED = 20_000  # responses of earlier ticks, applied
+PENDING = 2_000  # new ones, a page's worth
+
+
+async def _explain(store: Store, sql: str, args: list[Any], mode: str) -> dict[str, Any]:
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        transaction = raw.transaction()
+        await transaction.start()
+        try:
+            await raw.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+        finally:
+            await transaction.rollback()
+    document = json.loads(text) if isinstance(text, str | bytes) else text
+    plan: dict[str, Any] = document[0]["Plan"]
+    return plan
+
+
+async def _busy_inbox(store: Store, clock: FakeClock, *, analyze: bool) -> int:
+    """Applied rows, then pending ones; the id before the first pending one."""
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=f"old-{i}", result={"n": i}) for i in range(APPLIED)],
+        now=clock.now())
+    await store.inbox_mark_many([(i, InboxOutcome.APPLIED) for i in ids if i is not None],
+                                now=clock.now())
+    await store.inbox_insert_many(
+        [Response(correlation_key=f"new-{i}", result={"n": i}) for i in range(PENDING)],
+        now=clock.advance(1))
+    if analyze:
+        engine = store.engine  # type: ignore[attr-defined]
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            await raw.execute("ANALYZE response_inbox")
+    return max(i for i in ids if i is not None)
+
+
+@pytest.mark.parametrize("analyze", [False, True])
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_a_page_of_new_rows_does_not_read_the_applied_ones(
+        store: Store, clock: FakeClock, mode: str, analyze: bool) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    last_applied = await _busy_inbox(store, clock, analyze=analyze)
+    statement = SQL["inbox_pending_scan"]
+    for after_id in (0, last_applied):
+        args = statement.args(after_id=after_id, before=clock.advance(1), limit=PENDING,
+                              max_chars=16 * 1024 * 1024)
+        plan = await _explain(store, statement.sql, args, mode)
+        shown = json.dumps(plan, indent=1)
+        scans = [n for n in nodes(plan) if n.get("Relation Name") == "response_inbox"]
+        assert scans, shown
+        # the page's ids (PENDING rows), then its rows: nothing of the applied ones
+        assert sum(s["Actual Rows"] * s["Actual Loops"] for s in scans) <= 2 * PENDING, shown
+        assert plan["Actual Rows"] == PENDING, shown
