@@ -428,8 +428,11 @@ archived AS (
     FROM ended e
     -- an id archived before, by an earlier job of the same id whose archive committed
     -- after this one was enqueued: this end is not recorded (as ON CONFLICT DO NOTHING
-    -- did; no two transactions archive one id at once, the jobs row's lock orders them)
-    WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a WHERE a.queue = e.queue AND a.id = e.id)),
+    -- did; no two transactions archive one id at once, the jobs row's lock orders them).
+    -- OFFSET 0 keeps the probe a subplan run per row on the primary key: as a join, a
+    -- young or fast-growing archive was hashed or rescanned whole at every statement.
+    WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a WHERE a.queue = e.queue AND a.id = e.id
+                      OFFSET 0)),
 tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
@@ -500,9 +503,11 @@ archived AS (
            :owner::text, true, replay_of, body_hash, trace,
            end_status, end_result, end_error, :now::timestamptz, :now::timestamptz, folded
     FROM ended e
-    -- an id archived before (see archive); a probe, not ON CONFLICT's speculative
-    -- insertion (an extra WAL record a row: 7% of this statement)
-    WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a WHERE a.queue = e.queue AND a.id = e.id)),
+    -- an id archived before (see archive); a probe per row (OFFSET 0, see archive),
+    -- not ON CONFLICT's speculative insertion (an extra WAL record a row: 7% of this
+    -- statement)
+    WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a WHERE a.queue = e.queue AND a.id = e.id
+                      OFFSET 0)),
 tries AS (
     INSERT INTO job_attempts (queue, job_id, attempt, correlation_key, launched_at,
                               finished_at, outcome, error, response)
