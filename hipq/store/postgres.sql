@@ -685,10 +685,12 @@ ORDER BY id
 -- partial index): step 0's cursor over new rows, and the sweep. At most :limit rows,
 -- and none past the first that starts after :max_chars characters of result and
 -- error JSON text: the page's ids and sizes are read first (page_rows: how many),
--- then only the rows within the bound are read whole, by one scan of the primary key
--- over an array of their ids (an InitPlan). Joined to the page instead, whose rows
--- the planner cannot count, they were read by a merge join that walked the primary
--- key from the inbox's first row: every applied row kept, at every read.
+-- then only the rows within the bound are read whole, one primary-key probe a row
+-- (LIMIT 1 keeps the lateral subquery a probe). Joined to the page instead, whose
+-- rows the planner cannot count, they were read by a merge join that walked the
+-- primary key from the inbox's first row, every applied row kept, at every read;
+-- as "id = ANY(ARRAY(page ids))", by a sequential scan testing every row against
+-- every id of the page.
 WITH page AS MATERIALIZED (
     SELECT s.id, sum(s.chars) OVER (ORDER BY s.id) - s.chars AS chars_before,
            count(*) OVER () AS page_rows
@@ -697,9 +699,10 @@ WITH page AS MATERIALIZED (
           FROM response_inbox r
           WHERE r.applied_at IS NULL AND r.id > :after_id AND r.received_at < :before
           ORDER BY r.id LIMIT :limit) AS s)
-SELECT r.*, (SELECT p.page_rows FROM page p LIMIT 1) AS page_rows FROM response_inbox r
-WHERE r.id = ANY(ARRAY(SELECT p.id FROM page p WHERE p.chars_before < :max_chars::int8))
-ORDER BY r.id
+SELECT r.*, p.page_rows FROM page p
+CROSS JOIN LATERAL (SELECT * FROM response_inbox x WHERE x.id = p.id LIMIT 1) AS r
+WHERE p.chars_before < :max_chars::int8
+ORDER BY p.id
 
 -- name: unmatched_page
 -- Responses marked unmatched, newest first (a range scan of the partial index
