@@ -439,15 +439,19 @@ tries AS (
     SELECT queue, id, attempt, correlation_key, launched_at, :now::timestamptz, end_outcome,
            end_error, end_response FROM ended WHERE NOT folded),
 marked AS (
-    -- the ids to mark computed once (an InitPlan), then one index scan over them: a
+    -- the rows to mark found once (an InitPlan: a primary-key probe a listed id, kept
+    -- a probe by LIMIT 1; pending ones only), then fetched by their row addresses. A
     -- join here let the planner (which sees one row in ended) rescan every listed id
-    -- per marked row, quadratic in the responses of a tick
+    -- per marked row; "id = ANY(ids) AND applied_at IS NULL" read every pending row
+    -- through the pending rows' index and tested it against every listed id.
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
-    WHERE r.id = ANY(ARRAY(
-        SELECT m.id FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
-                                :inbox_jobs::text[]) AS m(id, queue, job)
-        JOIN ended a ON a.queue = m.queue AND a.id = m.job))
-      AND r.applied_at IS NULL)
+    WHERE r.ctid = ANY(ARRAY(
+        SELECT t.tid FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
+                                 :inbox_jobs::text[]) AS m(id, queue, job)
+        JOIN ended a ON a.queue = m.queue AND a.id = m.job
+        CROSS JOIN LATERAL (SELECT x.ctid AS tid, x.applied_at FROM response_inbox x
+                            WHERE x.id = m.id LIMIT 1) AS t
+        WHERE t.applied_at IS NULL)))
 SELECT queue, id FROM ended
 
 -- name: archive_ran
@@ -547,15 +551,19 @@ tries AS (
     SELECT queue, id, attempt, key, launched_at, :now, outcome, error::jsonb,
            response::jsonb FROM back),
 marked AS (
-    -- the ids to mark computed once (an InitPlan), then one index scan over them: a
+    -- the rows to mark found once (an InitPlan: a primary-key probe a listed id, kept
+    -- a probe by LIMIT 1; pending ones only), then fetched by their row addresses. A
     -- join here let the planner (which sees one row in back) rescan every listed id
-    -- per marked row, quadratic in the responses of a tick
+    -- per marked row; "id = ANY(ids) AND applied_at IS NULL" read every pending row
+    -- through the pending rows' index and tested it against every listed id.
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
-    WHERE r.id = ANY(ARRAY(
-        SELECT m.id FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
-                                :inbox_jobs::text[]) AS m(id, queue, job)
-        JOIN back a ON a.queue = m.queue AND a.id = m.job))
-      AND r.applied_at IS NULL)
+    WHERE r.ctid = ANY(ARRAY(
+        SELECT t.tid FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
+                                 :inbox_jobs::text[]) AS m(id, queue, job)
+        JOIN back a ON a.queue = m.queue AND a.id = m.job
+        CROSS JOIN LATERAL (SELECT x.ctid AS tid, x.applied_at FROM response_inbox x
+                            WHERE x.id = m.id LIMIT 1) AS t
+        WHERE t.applied_at IS NULL)))
 SELECT queue, id FROM back
 
 -- name: extend
@@ -571,15 +579,19 @@ pushed AS (
     FROM hit WHERE j.ctid = hit.tid AND j.ctid = ANY(ARRAY(SELECT tid FROM hit))
     RETURNING j.queue, j.id),
 marked AS (
-    -- the ids to mark computed once (an InitPlan), then one index scan over them: a
+    -- the rows to mark found once (an InitPlan: a primary-key probe a listed id, kept
+    -- a probe by LIMIT 1; pending ones only), then fetched by their row addresses. A
     -- join here let the planner (which sees one row in pushed) rescan every listed id
-    -- per marked row, quadratic in the responses of a tick
+    -- per marked row; "id = ANY(ids) AND applied_at IS NULL" read every pending row
+    -- through the pending rows' index and tested it against every listed id.
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
-    WHERE r.id = ANY(ARRAY(
-        SELECT m.id FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
-                                :inbox_jobs::text[]) AS m(id, queue, job)
-        JOIN pushed a ON a.queue = m.queue AND a.id = m.job))
-      AND r.applied_at IS NULL)
+    WHERE r.ctid = ANY(ARRAY(
+        SELECT t.tid FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
+                                 :inbox_jobs::text[]) AS m(id, queue, job)
+        JOIN pushed a ON a.queue = m.queue AND a.id = m.job
+        CROSS JOIN LATERAL (SELECT x.ctid AS tid, x.applied_at FROM response_inbox x
+                            WHERE x.id = m.id LIMIT 1) AS t
+        WHERE t.applied_at IS NULL)))
 SELECT queue, id FROM pushed
 
 -- -- queued jobs and adoption --------------------------------------------------------
@@ -669,10 +681,16 @@ FROM jsonb_array_elements(:responses::jsonb) AS e
 ON CONFLICT DO NOTHING RETURNING id, dedup_key
 
 -- name: inbox_mark
--- Inbox rows of one outcome, by id (the primary key): one index scan over the ids
--- and no join (joined to the list of ids, the planner could rescan the list per row).
-UPDATE response_inbox SET applied_at = :now, outcome = :outcome
-WHERE id = ANY(:ids::int8[]) AND applied_at IS NULL
+-- Inbox rows of one outcome, by id: a primary-key probe an id (pending rows only),
+-- then the rows fetched by their addresses, as step 3 marks (see archive). Joined to
+-- the list of ids, the planner could rescan the list per row; "id = ANY(ids) AND
+-- applied_at IS NULL" could read every pending row and test it against every id.
+UPDATE response_inbox r SET applied_at = :now, outcome = :outcome
+WHERE r.ctid = ANY(ARRAY(
+    SELECT t.tid FROM unnest(:ids::int8[]) AS m(id)
+    CROSS JOIN LATERAL (SELECT x.ctid AS tid, x.applied_at FROM response_inbox x
+                        WHERE x.id = m.id LIMIT 1) AS t
+    WHERE t.applied_at IS NULL))
 
 -- name: inbox_pending_for_keys
 -- Unapplied responses by correlation key (a partial index), oldest first.

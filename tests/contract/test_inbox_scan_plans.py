@@ -13,14 +13,16 @@ read by one primary-key probe each (a lateral subquery kept a probe by LIMIT 1).
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from hipq.store import InboxOutcome, Response, Store
+from hipq.store import Change, ChangeKind, InboxOutcome, Response, Store
 from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
 from tests.contract._plans import nodes
+from tests.contract.test_store import OWNER, archive, make_job, start
 
 APPLIED = 20_000  # responses of earlier ticks, applied
 PENDING = 2_000  # new ones, a page's worth
@@ -85,3 +87,69 @@ async def test_a_page_of_new_rows_does_not_read_the_applied_ones(
             assert scan["Actual Rows"] * scan["Actual Loops"] == PENDING, shown
             assert scan.get("Rows Removed by Filter", 0) == 0, shown
         assert plan["Actual Rows"] == PENDING, shown
+
+
+# -- marking responses applied: their rows only, however many others are pending ----------
+
+OTHERS = 3_000  # responses pending beside the ones marked (a backlog, a young inbox)
+MARKED = 1_500
+
+
+def _assert_reads_only_marked(plan: dict[str, Any]) -> None:
+    """Every read of ``response_inbox`` passes over the marked rows only: nothing of
+    the other pending rows read and thrown away."""
+    shown = json.dumps(plan, indent=1)
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == "response_inbox"
+             and n["Node Type"] != "ModifyTable"]
+    assert scans, shown
+    for scan in scans:
+        loops = scan["Actual Loops"]
+        assert scan["Actual Rows"] * loops <= MARKED, shown
+        assert scan.get("Rows Removed by Filter", 0) * loops == 0, shown
+        assert scan.get("Rows Removed by Index Recheck", 0) * loops == 0, shown
+
+
+@pytest.mark.parametrize("kind", [ChangeKind.ARCHIVE, ChangeKind.REQUEUE, ChangeKind.EXTEND])
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_marking_responses_reads_their_rows_only(
+        store: Store, clock: FakeClock, mode: str, kind: ChangeKind) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    from hipq.store.pg_persist import persist_calls
+
+    await store.inbox_insert_many([Response(correlation_key=f"other-{i}")
+                                   for i in range(OTHERS)], now=clock.now())
+    jobs = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(MARKED)))
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=j.correlation_key or "") for j in jobs], now=clock.now())
+    now = clock.advance(5)
+    changes: list[Change] = []
+    for job, inbox_id in zip(jobs, ids, strict=True):
+        assert inbox_id is not None
+        if kind is ChangeKind.ARCHIVE:
+            changes.append(archive(job, inbox_ids=[inbox_id]))
+        else:
+            changes.append(Change(kind=kind, queue=job.queue, id=job.id, attempt=job.attempt,
+                                  status="failed", outcome="failed", run_at=now,
+                                  deadline=now + timedelta(seconds=60),
+                                  correlation_key=job.correlation_key, inbox_ids=[inbox_id]))
+    [(sql, args)] = persist_calls(changes, OWNER, now)
+    plan = await _explain(store, sql, args, mode)
+    _assert_reads_only_marked(plan)
+
+
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+async def test_marking_stale_responses_reads_their_rows_only(
+        store: Store, clock: FakeClock, mode: str) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("a PostgreSQL plan")
+    from hipq.store.pg_persist import marks_of
+
+    await store.inbox_insert_many([Response(correlation_key=f"other-{i}")
+                                   for i in range(OTHERS)], now=clock.now())
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=f"k{i}") for i in range(MARKED)], now=clock.now())
+    [values] = marks_of([(i, InboxOutcome.STALE) for i in ids if i is not None], clock.now())
+    statement = SQL["inbox_mark"]
+    plan = await _explain(store, statement.sql, statement.args(**values), mode)
+    _assert_reads_only_marked(plan)
