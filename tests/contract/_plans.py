@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from hipq.store import Store
+from hipq.store import Change, ChangeKind, Response, Store
 from hipq.store.pgsql import SQL
+from hipq.testing import FakeClock
 
 
 def literal(value: Any) -> str:
@@ -72,3 +73,49 @@ def main_scans(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
         if child.get("Parent Relationship") not in ("SubPlan", "InitPlan"):
             found.extend(main_scans(child, relation))
     return found
+
+
+async def analyzed_plan(store: Store, sql: str, args: list[Any], *,
+                        mode: str = "force_generic_plan") -> dict[str, Any]:
+    """EXPLAIN ANALYZE of ``sql`` under ``plan_cache_mode = mode``, in a transaction
+    that is rolled back. The default is the plan the daemon runs: its statements are
+    prepared once and executed every tick, so PostgreSQL soon settles on a generic
+    plan (no values seen)."""
+    engine = store.engine  # type: ignore[attr-defined]
+    async with engine.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        transaction = raw.transaction()
+        await transaction.start()
+        try:
+            await raw.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+        finally:
+            await transaction.rollback()
+    document = json.loads(text) if isinstance(text, str | bytes) else text  # (a json codec)
+    plan: dict[str, Any] = document[0]["Plan"]
+    return plan
+
+
+async def marking_call(store: Store, clock: FakeClock, kind: ChangeKind,
+                       jobs: int) -> tuple[str, list[Any]]:
+    """Step 3's statement for ``jobs`` running jobs that each end (ARCHIVE) or go
+    back or on (REQUEUE, EXTEND) by a response in the inbox, which it marks applied."""
+    from hipq.store.pg_persist import persist_calls
+    from tests.contract.test_store import OWNER, archive, make_job, start
+
+    running = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(jobs)))
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=j.correlation_key or "") for j in running], now=clock.now())
+    now = clock.advance(5)
+    changes: list[Change] = []
+    for job, inbox_id in zip(running, ids, strict=True):
+        assert inbox_id is not None
+        if kind is ChangeKind.ARCHIVE:
+            changes.append(archive(job, inbox_ids=[inbox_id]))
+        else:
+            changes.append(Change(kind=kind, queue=job.queue, id=job.id, attempt=job.attempt,
+                                  status="failed", outcome="failed", run_at=now,
+                                  deadline=now + timedelta(seconds=60),
+                                  correlation_key=job.correlation_key, inbox_ids=[inbox_id]))
+    [call] = persist_calls(changes, OWNER, now)
+    return call

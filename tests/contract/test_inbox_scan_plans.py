@@ -13,35 +13,17 @@ read by one primary-key probe each (a lateral subquery kept a probe by LIMIT 1).
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from hipq.store import Change, ChangeKind, InboxOutcome, Response, Store
+from hipq.store import ChangeKind, InboxOutcome, Response, Store
 from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
-from tests.contract._plans import nodes
-from tests.contract.test_store import OWNER, archive, make_job, start
+from tests.contract._plans import analyzed_plan, marking_call, nodes
 
 APPLIED = 20_000  # responses of earlier ticks, applied
 PENDING = 2_000  # new ones, a page's worth
-
-
-async def _explain(store: Store, sql: str, args: list[Any], mode: str) -> dict[str, Any]:
-    engine = store.engine  # type: ignore[attr-defined]
-    async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
-        transaction = raw.transaction()
-        await transaction.start()
-        try:
-            await raw.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
-        finally:
-            await transaction.rollback()
-    document = json.loads(text) if isinstance(text, str | bytes) else text
-    plan: dict[str, Any] = document[0]["Plan"]
-    return plan
 
 
 async def _busy_inbox(store: Store, clock: FakeClock, *, analyze: bool) -> int:
@@ -73,7 +55,7 @@ async def test_a_page_of_new_rows_does_not_read_the_applied_ones(
     for after_id in (0, last_applied):
         args = statement.args(after_id=after_id, before=clock.advance(1), limit=PENDING,
                               max_chars=16 * 1024 * 1024)
-        plan = await _explain(store, statement.sql, args, mode)
+        plan = await analyzed_plan(store, statement.sql, args, mode=mode)
         shown = json.dumps(plan, indent=1)
         scans = [n for n in nodes(plan) if n.get("Relation Name") == "response_inbox"]
         assert scans, shown
@@ -115,26 +97,10 @@ async def test_marking_responses_reads_their_rows_only(
         store: Store, clock: FakeClock, mode: str, kind: ChangeKind) -> None:
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    from hipq.store.pg_persist import persist_calls
-
     await store.inbox_insert_many([Response(correlation_key=f"other-{i}")
                                    for i in range(OTHERS)], now=clock.now())
-    jobs = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(MARKED)))
-    ids = await store.inbox_insert_many(
-        [Response(correlation_key=j.correlation_key or "") for j in jobs], now=clock.now())
-    now = clock.advance(5)
-    changes: list[Change] = []
-    for job, inbox_id in zip(jobs, ids, strict=True):
-        assert inbox_id is not None
-        if kind is ChangeKind.ARCHIVE:
-            changes.append(archive(job, inbox_ids=[inbox_id]))
-        else:
-            changes.append(Change(kind=kind, queue=job.queue, id=job.id, attempt=job.attempt,
-                                  status="failed", outcome="failed", run_at=now,
-                                  deadline=now + timedelta(seconds=60),
-                                  correlation_key=job.correlation_key, inbox_ids=[inbox_id]))
-    [(sql, args)] = persist_calls(changes, OWNER, now)
-    plan = await _explain(store, sql, args, mode)
+    sql, args = await marking_call(store, clock, kind, MARKED)
+    plan = await analyzed_plan(store, sql, args, mode=mode)
     _assert_reads_only_marked(plan)
 
 
@@ -151,5 +117,5 @@ async def test_marking_stale_responses_reads_their_rows_only(
         [Response(correlation_key=f"k{i}") for i in range(MARKED)], now=clock.now())
     [values] = marks_of([(i, InboxOutcome.STALE) for i in ids if i is not None], clock.now())
     statement = SQL["inbox_mark"]
-    plan = await _explain(store, statement.sql, statement.args(**values), mode)
+    plan = await analyzed_plan(store, statement.sql, statement.args(**values), mode=mode)
     _assert_reads_only_marked(plan)

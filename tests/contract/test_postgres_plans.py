@@ -13,15 +13,14 @@ go through one array of ids.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from hipq.store import Change, ChangeKind, InboxOutcome, Response, Store
+from hipq.store import ChangeKind, InboxOutcome, Response, Store
 from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
-from tests.contract._plans import generic_plan, main_scans, nodes
+from tests.contract._plans import analyzed_plan, generic_plan, main_scans, marking_call, nodes
 from tests.contract.test_store import OWNER, archive, make_job, start
 
 TICK = 1500  # responses applied in one tick
@@ -33,25 +32,6 @@ def _scans_of(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
     for child in plan.get("Plans", []):
         found += _scans_of(child, relation)
     return found
-
-
-async def _explain(store: Store, sql: str, args: list[Any]) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of ``sql`` in a transaction that is rolled back."""
-    engine = store.engine  # type: ignore[attr-defined]
-    async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
-        transaction = raw.transaction()
-        await transaction.start()
-        try:
-            # the plan the daemon runs: its statements are prepared once and executed
-            # every tick, so PostgreSQL soon settles on a generic plan (no values seen)
-            await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
-        finally:
-            await transaction.rollback()
-    document = json.loads(text) if isinstance(text, str | bytes) else text  # (a json codec)
-    plan: dict[str, Any] = document[0]["Plan"]
-    return plan
 
 
 async def _busy_inbox(store: Store, clock: FakeClock) -> None:
@@ -71,26 +51,10 @@ async def test_marking_a_ticks_responses_reads_each_row_once(
         store: Store, clock: FakeClock, kind: ChangeKind) -> None:
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    from hipq.store.pg_persist import persist_calls
-
     await _busy_inbox(store, clock)
-    jobs = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(TICK)))
-    ids = await store.inbox_insert_many(
-        [Response(correlation_key=j.correlation_key or "") for j in jobs], now=clock.now())
-    now = clock.advance(5)
-    changes: list[Change] = []
-    for job, inbox_id in zip(jobs, ids, strict=True):
-        assert inbox_id is not None
-        if kind is ChangeKind.ARCHIVE:
-            changes.append(archive(job, inbox_ids=[inbox_id]))
-        else:
-            changes.append(Change(kind=kind, queue=job.queue, id=job.id, attempt=job.attempt,
-                                  status="failed", outcome="failed", run_at=now,
-                                  deadline=now + timedelta(seconds=60),
-                                  correlation_key=job.correlation_key, inbox_ids=[inbox_id]))
-    [(sql, args)] = persist_calls(changes, OWNER, now)
+    sql, args = await marking_call(store, clock, kind, TICK)
 
-    scans = _scans_of(await _explain(store, sql, args), "response_inbox")
+    scans = _scans_of(await analyzed_plan(store, sql, args), "response_inbox")
     assert scans, "the statement does not mark the responses"
     _assert_each_marked_row_read_once(scans, TICK)
 
@@ -122,7 +86,7 @@ async def test_marking_stale_responses_reads_each_row_once(store: Store,
     assert len(groups) == 2
     for values in groups:
         statement = SQL["inbox_mark"]
-        scans = _scans_of(await _explain(store, statement.sql, statement.args(**values)),
+        scans = _scans_of(await analyzed_plan(store, statement.sql, statement.args(**values)),
                           "response_inbox")
         _assert_each_marked_row_read_once(scans, len(values["ids"]))
 

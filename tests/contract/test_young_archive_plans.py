@@ -31,29 +31,12 @@ from hipq.store import Change, ChangeKind, Store
 from hipq.store.pg_persist import ends_parts, persist_calls
 from hipq.store.pgsql import SQL, insert_jobs_call
 from hipq.testing import FakeClock
-from tests.contract._plans import nodes
+from tests.contract._plans import analyzed_plan, nodes
 from tests.contract.test_store import OWNER, archive, make_job, start
 
 YOUNG = 300  # archived rows before the statement, never analyzed
 STALE = 2000  # archived rows since the statistics were taken
 BATCH = 500  # the jobs of the statement
-
-
-async def _explain(store: Store, sql: str, args: list[Any], mode: str) -> dict[str, Any]:
-    """EXPLAIN ANALYZE under ``plan_cache_mode = mode``, rolled back."""
-    engine = store.engine  # type: ignore[attr-defined]
-    async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
-        transaction = raw.transaction()
-        await transaction.start()
-        try:
-            await raw.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
-        finally:
-            await transaction.rollback()
-    document = json.loads(text) if isinstance(text, str | bytes) else text
-    plan: dict[str, Any] = document[0]["Plan"]
-    return plan
 
 
 def _probes(plan: dict[str, Any]) -> set[str]:
@@ -118,7 +101,7 @@ async def test_the_archive_probes_a_young_archive_by_its_primary_key(
     await _young_archive(store, clock, state)
     jobs = await start(store, clock, *(make_job(clock, f"j{i:04d}") for i in range(BATCH)))
     [(sql, args)] = persist_calls([archive(j) for j in jobs], OWNER, clock.advance(1))
-    plan = await _explain(store, sql, args, mode)
+    plan = await analyzed_plan(store, sql, args, mode=mode)
     _assert_probes_by_key(plan)
 
 
@@ -136,7 +119,7 @@ async def test_the_in_tick_archive_probes_a_young_archive_by_its_primary_key(
     [(_, ends)] = ends_parts(changes)
     statement = SQL["archive_ran"]
     args = statement.args(ends=ends, owner=OWNER, now=clock.advance(1), heartbeat_seconds=None)
-    plan = await _explain(store, statement.sql, args, mode)
+    plan = await analyzed_plan(store, statement.sql, args, mode=mode)
     _assert_probes_by_key(plan)
 
 
@@ -149,5 +132,5 @@ async def test_the_enqueue_probes_a_young_archive_by_its_primary_key(
     await _young_archive(store, clock, state)
     jobs = [make_job(clock, f"j{i:04d}") for i in range(BATCH)]
     sql, args = insert_jobs_call(jobs, guarded=False)
-    plan = await _explain(store, sql, args, mode)
+    plan = await analyzed_plan(store, sql, args, mode=mode)
     _assert_probes_by_key(plan)
