@@ -1,7 +1,9 @@
-"""PostgreSQL plans of the driver's named statements, as a prepared statement settles
-on them: ``PREPARE`` the block, then ``EXPLAIN EXECUTE`` it under
-``plan_cache_mode = force_generic_plan`` (a plan made without seeing the values,
-what asyncpg's prepared statements get after five runs)."""
+"""PostgreSQL plans of the driver's named statements. The store's own connections plan
+each run for the values and the tables as they are (``force_custom_plan``, see
+:mod:`hipq.store.pg_pool`); a database URL naming ``plan_cache_mode=auto`` gets what a
+prepared statement settles on after five runs, a generic plan made without seeing the
+values. Both are checked: ``generic_plan`` and ``analyzed_plan``'s default mode show
+the generic one (``PREPARE`` the block, then ``EXPLAIN EXECUTE`` it)."""
 
 from __future__ import annotations
 
@@ -78,9 +80,8 @@ def main_scans(plan: dict[str, Any], relation: str) -> list[dict[str, Any]]:
 async def analyzed_plan(store: Store, sql: str, args: list[Any], *,
                         mode: str = "force_generic_plan") -> dict[str, Any]:
     """EXPLAIN ANALYZE of ``sql`` under ``plan_cache_mode = mode``, in a transaction
-    that is rolled back. The default is the plan the daemon runs: its statements are
-    prepared once and executed every tick, so PostgreSQL soon settles on a generic
-    plan (no values seen)."""
+    that is rolled back. The default is the generic plan (no values seen), which a
+    connection with PostgreSQL's default ``plan_cache_mode`` soon settles on."""
     engine = store.engine  # type: ignore[attr-defined]
     async with engine.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
