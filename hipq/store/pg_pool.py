@@ -18,9 +18,10 @@ SQLAlchemy pool it replaces was (no SQLAlchemy is imported; it cost the daemon a
   analysed (hipq's own ``VACUUM`` of ``jobs`` after a burst, autovacuum after the
   inbox was pruned, an operator's ``ANALYZE``), it is a sequential scan, even one per
   row, kept after the table fills: one read of 2,000 new inbox rows took 970 ms, a
-  scan of the inbox for each row. Each statement serves a whole batch, so planning
-  it each time costs little: in the callback round trip, 0.05-0.5 ms for each of
-  about 1,500 statements per 20,000 jobs (about 0.015 ms of PostgreSQL CPU a job);
+  scan of the inbox for each row; a claim planned during a trickle of work (one page
+  of ``jobs``) scans the table for each job it claims. Each statement serves a whole
+  batch, so planning it each time costs 0.05-1 ms a statement: about 0.015 ms of
+  PostgreSQL CPU a job in the callback round trip, 0.003 in the in-tick lifecycle;
 * a connection goes back to the pool as it is (rolled back only if a transaction was
   left open): no reset statement, so a checkout and a check-in cost no round trip.
 

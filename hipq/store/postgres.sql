@@ -12,7 +12,10 @@
 --   LATERAL subquery with LIMIT 1, which the planner never flattens into a join: no
 --   estimate (a table without statistics, or statistics saying no job has an owner,
 --   which made "owner = :owner" look like one row) can turn it into a scan of the
---   backlog per batch row. The subquery returns the row's ctid.
+--   backlog per batch row. The subquery returns the row's ctid. (A plan made while
+--   the table was empty or tiny after a VACUUM or ANALYZE can: a sequential scan is
+--   then the cheapest probe. Hence every run is planned for the tables as they are,
+--   plan_cache_mode = force_custom_plan; see hipq/store/pg_pool.py.)
 -- * The statement then joins jobs on that ctid alone, twice: "j.ctid = hit.tid"
 --   and "j.ctid = ANY(ARRAY(SELECT tid FROM hit))". The join condition alone let
 --   the planner hash the whole table once a batch was large; the = ANY gives it a
@@ -23,7 +26,8 @@
 --   this try", and "status <> 'running'" says "queued".
 -- * JSON values travel as text and are cast to jsonb here.
 -- * Statuses in predicates are literals ('queued'), never parameters, so generic
---   plans (a prepared statement's, after five runs) still use the partial indexes.
+--   plans (a prepared statement's after five runs, where the database URL asks for
+--   plan_cache_mode=auto) still use the partial indexes.
 -- * Keyset pages take the previous page's last key, or NULLs for the first page:
 --   COALESCE puts a bound before (after) every stored key in its place ('infinity',
 --   '-infinity', the smallest int4, ''), so the row comparison stays an index
