@@ -9,9 +9,9 @@ table one page) then settle on a plan for a table that small (a sequential scan,
 one per row), kept when the table fills. In a Kafka round trip of 20,000 jobs the
 inbox read of a tick took 300-970 ms that way: a scan of the whole inbox for each of
 its 2,000 new rows. The due fetch scanned and sorted the backlog, and scanned it
-again for each job with an ordering key; the claim scanned it for each job claimed. The store's connections plan
-each run for the table as it is (``plan_cache_mode = force_custom_plan``), unless the
-database URL names another mode.
+again for each job with an ordering key; the claim scanned it for each job claimed.
+The store's connections plan each run for the table as it is
+(``plan_cache_mode = force_custom_plan``), unless the database URL names another mode.
 """
 
 from __future__ import annotations
