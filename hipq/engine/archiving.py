@@ -30,7 +30,7 @@ from hipq.store.rows import chunks
 
 log = logging.getLogger(__name__)
 
-IN_TICK_ARCHIVE_CHUNK = 500  # tries ended within a tick per statement (several at once)
+IN_TICK_ARCHIVE_CHUNK = 1000  # tries ended within a tick per statement (several at once)
 
 
 async def archive_ran(store: Store, spec: QueueSpec, ends: Sequence[Change], *, owner: str,

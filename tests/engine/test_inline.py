@@ -288,7 +288,7 @@ async def test_a_large_tick_ends_its_tries_in_several_statements(
     from hipq.bodies import BatchItem
     from hipq.engine.archiving import IN_TICK_ARCHIVE_CHUNK
 
-    count = 2 * IN_TICK_ARCHIVE_CHUNK + 7
+    count = IN_TICK_ARCHIVE_CHUNK + 7  # two statements (a tick fetches at most 2,000)
     reconciler = reconciler_for(store, clock, InProcess(succeeded))
     await hipq.create_queue(queue())
     await hipq.enqueue_many("q", [(f"j{i:05d}", BatchItem(id=f"j{i:05d}", data={"i": i}))
