@@ -555,11 +555,7 @@ tries AS (
     SELECT queue, id, attempt, key, launched_at, :now, outcome, error::jsonb,
            response::jsonb FROM back),
 marked AS (
-    -- the rows to mark found once (an InitPlan: a primary-key probe a listed id, kept
-    -- a probe by LIMIT 1; pending ones only), then fetched by their row addresses. A
-    -- join here let the planner (which sees one row in back) rescan every listed id
-    -- per marked row; "id = ANY(ids) AND applied_at IS NULL" read every pending row
-    -- through the pending rows' index and tested it against every listed id.
+    -- as in archive: the rows to mark found once, then fetched by their addresses
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
     WHERE r.ctid = ANY(ARRAY(
         SELECT t.tid FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],
@@ -583,11 +579,7 @@ pushed AS (
     FROM hit WHERE j.ctid = hit.tid AND j.ctid = ANY(ARRAY(SELECT tid FROM hit))
     RETURNING j.queue, j.id),
 marked AS (
-    -- the rows to mark found once (an InitPlan: a primary-key probe a listed id, kept
-    -- a probe by LIMIT 1; pending ones only), then fetched by their row addresses. A
-    -- join here let the planner (which sees one row in pushed) rescan every listed id
-    -- per marked row; "id = ANY(ids) AND applied_at IS NULL" read every pending row
-    -- through the pending rows' index and tested it against every listed id.
+    -- as in archive: the rows to mark found once, then fetched by their addresses
     UPDATE response_inbox r SET applied_at = :now::timestamptz, outcome = 'applied'
     WHERE r.ctid = ANY(ARRAY(
         SELECT t.tid FROM unnest(:inbox_ids::int8[], :inbox_queues::text[],

@@ -8,11 +8,12 @@ the generic one (``PREPARE`` the block, then ``EXPLAIN EXECUTE`` it)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from hipq.store import Change, ChangeKind, Response, Store
+from hipq.store import Change, ChangeKind, InboxOutcome, Response, Store
 from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
 
@@ -40,21 +41,40 @@ async def generic_plan(store: Store, name: str, *, seqscan: bool = True,
     judge the index choice on a small table)."""
     statement = SQL[name]
     args = ", ".join(literal(v) for v in statement.args(**values))
+    async with _rolled_back(store) as raw:
+        await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        if not seqscan:
+            await raw.execute("SET LOCAL enable_seqscan = off")
+        await raw.execute(f"PREPARE hipq_generic AS {statement.sql}")
+        text = await raw.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE hipq_generic({args})")
+        await raw.execute("DEALLOCATE hipq_generic")
+    return plan_of(text)
+
+
+@asynccontextmanager
+async def _raw(store: Store) -> AsyncIterator[Any]:
+    """A plain asyncpg connection to the store's database (not one of its pool's)."""
     engine = store.engine  # type: ignore[attr-defined]
     async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
+        yield (await conn.get_raw_connection()).driver_connection
+
+
+@asynccontextmanager
+async def _rolled_back(store: Store) -> AsyncIterator[Any]:
+    """:func:`_raw`, in a transaction rolled back after the block."""
+    async with _raw(store) as raw:
         transaction = raw.transaction()
         await transaction.start()
         try:
-            await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            if not seqscan:
-                await raw.execute("SET LOCAL enable_seqscan = off")
-            await raw.execute(f"PREPARE hipq_generic AS {statement.sql}")
-            text = await raw.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE hipq_generic({args})")
-            await raw.execute("DEALLOCATE hipq_generic")
+            yield raw
         finally:
             await transaction.rollback()
-    document = json.loads(text) if isinstance(text, str | bytes) else text
+
+
+def plan_of(explained: Any) -> dict[str, Any]:
+    """The top plan node of ``EXPLAIN (FORMAT JSON)``'s answer (text, or decoded by a
+    json codec)."""
+    document = json.loads(explained) if isinstance(explained, str | bytes) else explained
     plan: dict[str, Any] = document[0]["Plan"]
     return plan
 
@@ -82,19 +102,27 @@ async def analyzed_plan(store: Store, sql: str, args: list[Any], *,
     """EXPLAIN ANALYZE of ``sql`` under ``plan_cache_mode = mode``, in a transaction
     that is rolled back. The default is the generic plan (no values seen), which a
     connection with PostgreSQL's default ``plan_cache_mode`` soon settles on."""
-    engine = store.engine  # type: ignore[attr-defined]
-    async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
-        transaction = raw.transaction()
-        await transaction.start()
-        try:
-            await raw.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            text = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
-        finally:
-            await transaction.rollback()
-    document = json.loads(text) if isinstance(text, str | bytes) else text  # (a json codec)
-    plan: dict[str, Any] = document[0]["Plan"]
-    return plan
+    async with _rolled_back(store) as raw:
+        await raw.execute(f"SET LOCAL plan_cache_mode = {mode}")
+        return plan_of(await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args))
+
+
+async def busy_inbox(store: Store, clock: FakeClock, *, applied: int, pending: int,
+                     analyze: bool = False) -> int:
+    """Applied rows, then pending ones (received a second later); the id before the
+    first pending one."""
+    ids = await store.inbox_insert_many(
+        [Response(correlation_key=f"old-{i}", result={"n": i}) for i in range(applied)],
+        now=clock.now())
+    await store.inbox_mark_many([(i, InboxOutcome.APPLIED) for i in ids if i is not None],
+                                now=clock.now())
+    await store.inbox_insert_many(
+        [Response(correlation_key=f"new-{i}", result={"n": i}) for i in range(pending)],
+        now=clock.advance(1))
+    if analyze:  # committed: the statistics stay
+        async with _raw(store) as raw:
+            await raw.execute("ANALYZE response_inbox")
+    return max(i for i in ids if i is not None)
 
 
 async def marking_call(store: Store, clock: FakeClock, kind: ChangeKind,

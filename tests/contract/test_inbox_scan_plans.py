@@ -20,28 +20,10 @@ import pytest
 from hipq.store import ChangeKind, InboxOutcome, Response, Store
 from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
-from tests.contract._plans import analyzed_plan, marking_call, nodes
+from tests.contract._plans import analyzed_plan, busy_inbox, marking_call, nodes
 
 APPLIED = 20_000  # responses of earlier ticks, applied
 PENDING = 2_000  # new ones, a page's worth
-
-
-async def _busy_inbox(store: Store, clock: FakeClock, *, analyze: bool) -> int:
-    """Applied rows, then pending ones; the id before the first pending one."""
-    ids = await store.inbox_insert_many(
-        [Response(correlation_key=f"old-{i}", result={"n": i}) for i in range(APPLIED)],
-        now=clock.now())
-    await store.inbox_mark_many([(i, InboxOutcome.APPLIED) for i in ids if i is not None],
-                                now=clock.now())
-    await store.inbox_insert_many(
-        [Response(correlation_key=f"new-{i}", result={"n": i}) for i in range(PENDING)],
-        now=clock.advance(1))
-    if analyze:
-        engine = store.engine  # type: ignore[attr-defined]
-        async with engine.connect() as conn:
-            raw = (await conn.get_raw_connection()).driver_connection
-            await raw.execute("ANALYZE response_inbox")
-    return max(i for i in ids if i is not None)
 
 
 @pytest.mark.parametrize("analyze", [False, True])
@@ -50,7 +32,8 @@ async def test_a_page_of_new_rows_does_not_read_the_applied_ones(
         store: Store, clock: FakeClock, mode: str, analyze: bool) -> None:
     if store.dialect != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    last_applied = await _busy_inbox(store, clock, analyze=analyze)
+    last_applied = await busy_inbox(store, clock, applied=APPLIED, pending=PENDING,
+                                    analyze=analyze)
     statement = SQL["inbox_pending_scan"]
     for after_id in (0, last_applied):
         args = statement.args(after_id=after_id, before=clock.advance(1), limit=PENDING,

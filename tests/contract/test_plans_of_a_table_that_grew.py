@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from hipq.store import InboxOutcome, Response, Store, open_store, pg_pool
+from hipq.store import Store, open_store, pg_pool
 from hipq.store.pgsql import SQL
 from hipq.store.postgres import _fetch
 from hipq.testing import FakeClock
-from tests.contract._plans import literal, main_scans, nodes
+from tests.contract._plans import busy_inbox, literal, main_scans, nodes, plan_of
 from tests.contract.test_store import make_job
 
 RUNS_WHILE_SMALL = 8  # past the five runs after which PostgreSQL may keep a generic plan
@@ -58,11 +58,8 @@ async def _run_while_small(conn: Any, name: str, **values: Any) -> str:
 async def _plan_now(conn: Any, prepared: str, name: str, **values: Any) -> dict[str, Any]:
     """EXPLAIN ANALYZE of the connection's own prepared statement, as its next run."""
     args = ", ".join(literal(v) for v in SQL[name].args(**values))
-    text = await conn.fetchval(
-        f'EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "{prepared}"({args})')
-    document = json.loads(text) if isinstance(text, str | bytes) else text
-    plan: dict[str, Any] = document[0]["Plan"]
-    return plan
+    return plan_of(await conn.fetchval(
+        f'EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "{prepared}"({args})'))
 
 
 def _read(scan: dict[str, Any]) -> int:
@@ -90,14 +87,7 @@ async def test_the_inbox_read_is_planned_for_the_inbox_as_it_is(
     async with _pooled(store) as conn:
         prepared = await _run_while_small(conn, "inbox_pending_scan", before=clock.now(),
                                           **page)
-        ids = await store.inbox_insert_many(
-            [Response(correlation_key=f"old-{i}", result={"n": i}) for i in range(APPLIED)],
-            now=clock.now())
-        await store.inbox_mark_many([(i, InboxOutcome.APPLIED) for i in ids if i is not None],
-                                    now=clock.now())
-        await store.inbox_insert_many(
-            [Response(correlation_key=f"new-{i}", result={"n": i}) for i in range(PENDING)],
-            now=clock.advance(1))
+        await busy_inbox(store, clock, applied=APPLIED, pending=PENDING)
         plan = await _plan_now(conn, prepared, "inbox_pending_scan",
                                before=clock.advance(1), **page)
     assert plan["Actual Rows"] == PENDING
