@@ -50,6 +50,11 @@ FROM r LEFT JOIN pg_class c ON c.relfilenode = r.node
 GROUP BY 1 ORDER BY 2 DESC LIMIT 12"""
 
 
+# the database's server processes (hipq's pool opens connections on demand: those
+# opened within the window cost PostgreSQL a process start and cold caches there)
+_BACKENDS = "SELECT count(*)::int FROM pg_stat_activity WHERE datname = $1"
+
+
 class PgCosts:
     """Snapshots before and after; ``stop`` gives the differences per job (None where
     ``pg_stat_statements`` is not loaded)."""
@@ -62,6 +67,7 @@ class PgCosts:
         self._wal: int | None = None
         self._lsn: str | None = None
         self.available = False
+        self._backends = 0
 
     async def start(self) -> None:
         self._conn = await asyncpg.connect(self.server)
@@ -74,6 +80,7 @@ class PgCosts:
         self._before = await self._snapshot() if self.available else None
         self._by_statement = await self._statements() if self.available else {}
         self._lsn = str(await self._conn.fetchval("SELECT pg_current_wal_lsn()::text"))
+        self._backends = int(await self._conn.fetchval(_BACKENDS, self.database))
         self._wal = int(await self._conn.fetchval(
             "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
@@ -119,6 +126,8 @@ class PgCosts:
             wal = int(await self._conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
             out: dict[str, Any] = {
                 "wal_bytes_per_job": round((wal - (self._wal or wal)) / max(jobs, 1), 1)}
+            out["backends"] = [self._backends,
+                               int(await self._conn.fetchval(_BACKENDS, self.database))]
             if WAL_BY_RELATION:
                 out["wal_by_relation"] = await self._wal_by_relation(max(jobs, 1))
             if self._before is not None:
@@ -138,7 +147,9 @@ class PgCosts:
 def pg_per_job(costs: dict[str, Any]) -> str:
     """What ``PgCosts.stop`` measured (a run's ``postgres_per_job``), for a line."""
     return (f"PostgreSQL statements {costs.get('statements_per_job')}, statement time "
-            f"{costs.get('statement_ms_per_job')} ms, WAL {costs.get('wal_bytes_per_job')} bytes")
+            f"{costs.get('statement_ms_per_job')} ms, WAL {costs.get('wal_bytes_per_job')} bytes"
+            + (f", backends {'->'.join(map(str, costs['backends']))}"
+               if costs.get("backends") else ""))
 
 
 def top_statements(costs: dict[str, Any]) -> str:
