@@ -23,7 +23,7 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
 8. sql-enqueue (bench/sql_enqueue.py, SPEC 16): 10,000 jobs in one hipq.sql transaction;
    intake ingestion against the batch API, on PostgreSQL with stock durability.
 
-Prints a table, writes ``--out`` (bench/results.json). Progress goes to stderr.
+Prints a table, writes ``--out`` (bench/results/results.json). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(needs py-spy; raw stacks go to --logs)")
     p.add_argument("--logs", type=Path, default=BENCH / ".logs",
                    help="daemon logs and configs (emptied first; default bench/.logs)")
-    p.add_argument("--out", type=Path, default=BENCH / "results.json")
+    p.add_argument("--out", type=Path, default=BENCH / "results" / "results.json")
     dp.add_arguments(p, ints)
     pp.add_arguments(p)
     se.add_arguments(p)
