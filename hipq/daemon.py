@@ -284,7 +284,7 @@ class Daemon:
         leases.force = True
         if self._driver.running:
             try:
-                await leases.renew(self.clock.now())
+                await self.reconciler.renew_leases()
             except HipqError as exc:
                 log.warning("lease renewal failed: %s", exc, extra={"action": "lease_error"})
         self._driver.due()

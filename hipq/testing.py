@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from hipq.clock import Timer, loop_timer
 from hipq.jobs import Job, JobState, generated_key
 from hipq.targets.interface import Accepted, Completed, LaunchOutcome
 
@@ -30,6 +31,11 @@ class FakeClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         await asyncio.sleep(0)
+
+    def call_later(self, seconds: float, callback: Callable[[], object]) -> Timer:
+        """A timer in real seconds, as :class:`hipq.clock.SystemClock`'s: a test moves
+        this clock by hand, and a timer must not wait for that."""
+        return loop_timer(seconds, callback)
 
     def advance(self, seconds: float = 0.0, **delta: float) -> datetime:
         step = timedelta(seconds=seconds, **delta)

@@ -27,18 +27,18 @@ pending; the next tick (or the next owner) applies them again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from operator import attrgetter
 
 from hipq.engine.batch import Batch
 from hipq.engine.decide import extended_deadline, inbox_verdict, outcome_from_row
 from hipq.engine.held import HeldTry
+from hipq.engine.requests import Call, Plan, Together, call
 from hipq.engine.result import Counters
 from hipq.jobs import ResponseStatus
-from hipq.store import InboxOutcome, InboxRow, Store
+from hipq.store.records import InboxOutcome, InboxRow
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,11 @@ class Inbox:
     fixed keys that just entered the batch (a response may come before its try is
     marked running) are matched to entries through the batch's key index. The
     sweep, once a second, is the safety net: it walks every pending row, applies
-    those the cursor missed, and classifies the rest."""
+    those the cursor missed, and classifies the rest. Its reads and writes are plans
+    (:mod:`hipq.engine.requests`)."""
 
-    def __init__(self, store: Store, *, buffer_seconds: float,
+    def __init__(self, *, buffer_seconds: float,
                  heartbeat_seconds: Callable[[str], float | None]) -> None:
-        self.store = store
         self.buffer = timedelta(seconds=buffer_seconds)
         self.heartbeat_seconds = heartbeat_seconds  # queue -> its heartbeat timeout
         self._sweep_after = 0
@@ -107,11 +107,11 @@ class Inbox:
             assert entry.correlation_key is not None
             self._fresh.add(entry.correlation_key)
 
-    async def apply(self, batch: Batch, now: datetime, counters: Counters) -> None:
+    def apply(self, batch: Batch, now: datetime, counters: Counters) -> Plan[None]:
         """Step 0: apply the responses that arrived for the batch's tries. The new
-        rows and the rows of fresh keys are read side by side (each on its own
-        connection): under load each read in turn is a wait on the tick's way."""
-        reads: list[Awaitable[list[InboxRow]]] = []
+        rows and the rows of fresh keys are read together (side by side: under load
+        each read in turn is a wait on the tick's way)."""
+        reads: list[Plan[list[InboxRow]] | Call] = []
         if (not self._events or self._arrived or self._read_at is None
                 or now - self._read_at >= READ_EVERY):
             self._arrived = False
@@ -119,17 +119,12 @@ class Inbox:
             reads.append(self._new_rows(now, passed=self._written_max))
         fresh = list(self._fresh)
         if fresh:
-            reads.append(self.store.inbox_pending_for_keys(fresh))
+            reads.append(call("inbox_pending_for_keys", fresh))
         written, self._written = self._written, []
         rows: list[InboxRow] = []
         try:
-            if len(reads) == 1:
-                rows = await reads[0]
-            elif reads:
-                done = await asyncio.gather(*reads, return_exceptions=True)
-                for part in done:
-                    if isinstance(part, BaseException):
-                        raise part
+            if reads:
+                for part in (yield Together(tuple(reads))):
                     rows.extend(part)
         except BaseException:
             self._written[:0] = written  # applied by the next try
@@ -137,9 +132,9 @@ class Inbox:
         self._fresh.difference_update(fresh)  # read (a failed read reads them again)
         if written:  # in id order with what was read (a heartbeat before its end)
             rows = sorted([*written, *rows], key=_ID) if rows else written
-        await self._apply_rows(batch, rows, now, counters)
+        yield from self._apply_rows(batch, rows, now, counters)
 
-    async def _new_rows(self, now: datetime, *, passed: int = 0) -> list[InboxRow]:
+    def _new_rows(self, now: datetime, *, passed: int = 0) -> Plan[list[InboxRow]]:
         """The pending rows past the cursor, at most :data:`NEW_PAGES_PER_TICK` pages
         (each bounded in rows and in :data:`PAGE_CHARS`); then the cursor passes them
         and ``passed`` (the rows handed over before this read: their ids were taken
@@ -149,8 +144,8 @@ class Inbox:
         rows: list[InboxRow] = []
         after = self._resume if self.backlog else max(self._cursor - LOOKBACK_IDS, 0)
         for _ in range(NEW_PAGES_PER_TICK):
-            page = await self.store.inbox_pending_scan(
-                after_id=after, before=now + _FAR, limit=NEW_ROWS_PAGE, max_chars=PAGE_CHARS)
+            page = yield call("inbox_pending_scan", after_id=after, before=now + _FAR,
+                              limit=NEW_ROWS_PAGE, max_chars=PAGE_CHARS)
             rows.extend(page.rows)
             if not page.more:
                 self.backlog = False
@@ -162,8 +157,8 @@ class Inbox:
         self._cursor = max(self._cursor, after)
         return rows
 
-    async def _apply_rows(self, batch: Batch, rows: list[InboxRow], now: datetime,
-                          counters: Counters) -> list[InboxRow]:
+    def _apply_rows(self, batch: Batch, rows: list[InboxRow], now: datetime,
+                    counters: Counters) -> Plan[list[InboxRow]]:
         """Apply the rows that match an entry; mark the stale, late and duplicate
         ones; return the rows no entry claims."""
         marks: list[tuple[int, InboxOutcome]] = []
@@ -187,10 +182,10 @@ class Inbox:
             if verdict is InboxOutcome.LATE:
                 late.append((entry.queue, entry.id, row))
         if late:
-            await self.store.attempt_record_late_many(late, now=now)
+            yield call("attempt_record_late_many", late, now=now)
         if marks:
             counters.responses(marks)
-            await self.store.inbox_mark_many(marks, now=now)
+            yield call("inbox_mark_many", marks, now=now)
         return unclaimed
 
     def _apply(self, batch: Batch, entry: HeldTry, row: InboxRow, now: datetime) -> None:
@@ -201,22 +196,21 @@ class Inbox:
             entry.inbox_ids += (row.id,)
             batch.end(entry, outcome_from_row(row))
 
-    async def sweep(self, batch: Batch, now: datetime, counters: Counters) -> None:
+    def sweep(self, batch: Batch, now: datetime, counters: Counters) -> Plan[None]:
         """Walk the pending rows (one bounded page per call): apply those an entry
         claims, and classify the rest (late, or unmatched after the buffer time)."""
-        page = await self.store.inbox_pending_scan(after_id=self._sweep_after,
-                                                   before=now - SWEEP_GRACE, limit=SWEEP_LIMIT,
-                                                   max_chars=PAGE_CHARS)
+        page = yield call("inbox_pending_scan", after_id=self._sweep_after,
+                          before=now - SWEEP_GRACE, limit=SWEEP_LIMIT, max_chars=PAGE_CHARS)
         rows = page.rows
         self._sweep_after = rows[-1].id if page.more else 0
         if not rows:
             return
-        rows = await self._apply_rows(batch, rows, now, counters)
+        rows = yield from self._apply_rows(batch, rows, now, counters)
         if not rows:
             return
         keys = list({r.correlation_key for r in rows})
-        live = await self.store.job_keys_lookup(keys)
-        past = await self.store.archived_by_attempt_keys([k for k in keys if k not in live])
+        live = yield call("job_keys_lookup", keys)
+        past = yield call("archived_by_attempt_keys", [k for k in keys if k not in live])
         late: list[tuple[str, str, InboxRow]] = []
         marks: list[tuple[int, InboxOutcome]] = []
         unmatched: list[str] = []
@@ -235,6 +229,6 @@ class Inbox:
             log.warning("%d unmatched response(s), e.g. correlation key %.100r",
                         len(unmatched), unmatched[0], extra={"action": "response_unmatched",
                                                              "count": len(unmatched)})
-        await self.store.attempt_record_late_many(late, now=now)
+        yield call("attempt_record_late_many", late, now=now)
         counters.responses(marks)
-        await self.store.inbox_mark_many(marks, now=now)
+        yield call("inbox_mark_many", marks, now=now)

@@ -7,15 +7,20 @@ returns within milliseconds, that record costs the database more than the rest o
 the job. So, for such a queue (:func:`eligible`), step 4 runs the selected jobs
 first, waits at most ``reconcile.in_tick_seconds`` for them, and then:
 
-- a try that succeeded is archived from ``queued`` in one statement
-  (:meth:`~hipq.store.base.Store.job_archive_ran_many`), as if claimed and ended
-  in the same instant (its attempt, launch time, deadline and key as a claim sets
-  them; the try is recorded in the history);
+- a try that succeeded is an ordinary archive change (:func:`ends_of`), and the
+  store claims and archives it from ``queued`` in one call
+  (:meth:`~hipq.store.base.Store.job_archive_ran_many`: one statement on
+  PostgreSQL, one transaction on SQLite), as if claimed and ended in the same
+  instant (its attempt, launch time, deadline and key as a claim sets them; the
+  try is recorded in the history);
 - every other try (a failure for the retry strategy, an accepted launch, a
   function still running, a throttled or spent answer) is claimed as usual and
-  its answer goes through the launcher (:meth:`Launcher.record`), as if the launch
+  its answer goes through the launcher (:meth:`Launcher.hand_on`), as if the launch
   had happened after the claim; the jobs not started when the wait ended are
   claimed and launched the usual way.
+
+The run itself is the launcher's (:meth:`Launcher.run_in_tick`, a launch mode);
+this module is the pure part the tick's plan uses (:meth:`TickPlan.claim`).
 
 What the queue gives up, and why it is opt-in: while its function runs the job is
 still ``queued`` in the database (for milliseconds). A crash in that window leaves
@@ -28,25 +33,15 @@ their tick, nor queues whose launches must be counted or watched as they happen
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
-from hipq import tracing
-from hipq.engine.launcher import (
-    Launcher,
-    LaunchResult,
-    failed_launch,
-    launch_one,
-    launch_result,
-)
 from hipq.frozen import evolver
 from hipq.jobs import Job, JobState, json_copy
 from hipq.spec import QueueSpec
-from hipq.targets import Completed, LaunchOutcome, Target
+from hipq.store.records import Change, ChangeKind
+from hipq.targets.interface import Completed, Target
 
 # a try of a queued job: the job as fetched, as step 4's claim would mark it, with its
 # own copies of the JSON values (what Job.snapshot gives a function, in one copy)
@@ -88,92 +83,34 @@ def try_of(job: Job, *, now: datetime, owner: str, heartbeat_seconds: float | No
                 None if windows is None else json_copy(windows))
 
 
-async def _launch(target: Target, job: Job) -> LaunchResult:
-    """:func:`launch_one` of a try that is its own copy (no second snapshot where the
-    target can take one as it is)."""
-    owned = getattr(target, "launch_owned", None)
-    if owned is None:
-        return await launch_one(target, job)
-    try:
-        outcome: LaunchOutcome = await owned(job)
-    except Exception as exc:
-        return failed_launch(job, exc)
-    return launch_result(job, outcome)
-
-
-def archivable(result: LaunchResult) -> bool:
-    """A try whose end step 3 would persist as a plain success, with nothing else to
-    tell (no budget spent)."""
+def archivable(result: Any) -> bool:
+    """A try (its ``LaunchResult``) whose end step 3 would persist as a plain success,
+    with nothing else to tell (no budget spent)."""
     outcome = result.outcome
     return (type(outcome) is Completed and outcome.status == "succeeded"
             and outcome.spent is None)
 
 
-@dataclass(slots=True)
-class InlineRun:
-    """What one in-tick run gave: the answers within the wait (in the order they
-    came), the jobs started and not answered (their answers go to the launcher),
-    and the jobs not started."""
-
-    answered: list[LaunchResult] = field(default_factory=list)
-    unanswered: list[Job] = field(default_factory=list)
-    unstarted: list[Job] = field(default_factory=list)
-
-
-@dataclass(slots=True, eq=False)
-class _Run:
-    target: Target
-    pending: deque[Job]
-    launcher: Launcher
-    answered: list[LaunchResult] = field(default_factory=list)
-    started: dict[str, Job] = field(default_factory=dict)  # by id, until answered
-    open: bool = True
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def work(self) -> None:
-        target, pending = self.target, self.pending
-        while pending:
-            job = pending.popleft()
-            self.started[job.id] = job
-            if job.trace is None:
-                result = await _launch(target, job)
-            else:  # the try's trace context is current while it runs
-                with tracing.tracer().launching(job):
-                    result = await _launch(target, job)
-            if self.open:
-                del self.started[job.id]
-                self.answered.append(result)
-                if not pending and not self.started:
-                    self.done.set()
-            else:  # the wait is over: the answer goes the usual way
-                self.launcher.record(result)
-
-    def close(self) -> InlineRun:
-        """End the wait: what was not started stays for the usual path; what was
-        started and not answered is expected by the launcher (in the same step, so
-        no answer can come in between)."""
-        self.open = False
-        unstarted = list(self.pending)
-        self.pending.clear()
-        unanswered = list(self.started.values())
-        self.launcher.expect(unanswered)
-        return InlineRun(answered=self.answered, unanswered=unanswered, unstarted=unstarted)
+def ends_of(answered: Sequence[Any], now: datetime) -> tuple[list[Change], list[Any]]:
+    """The answers of an in-tick run (``LaunchResult``s) as ordinary archive changes
+    of the plain successes, and the other answers (they go the usual way)."""
+    ends: list[Change] = []
+    other: list[Any] = []
+    archive, succeeded = ChangeKind.ARCHIVE, JobState.SUCCEEDED.value
+    for result in answered:
+        if archivable(result):
+            job = result.job
+            ends.append(Change(
+                kind=archive, queue=job.queue, id=job.id, attempt=job.attempt,
+                launched_at=now, correlation_key=job.correlation_key, status=succeeded,
+                result=getattr(result.outcome, "result", None), outcome=succeeded,
+                trace=job.trace))
+        else:
+            other.append(result)
+    return ends, other
 
 
-async def run_inline(launcher: Launcher, target: Target, jobs: Sequence[Job], *,
-                     wait: float, concurrency: int) -> InlineRun:
-    """Run ``jobs`` (tries, see :func:`try_of`) through ``target`` now,
-    ``concurrency`` at a time; wait until all have answered or ``wait`` seconds
-    have passed."""
-    run = _Run(target=target, pending=deque(jobs), launcher=launcher)
-    if not jobs:
-        return run.close()
-    for _ in range(min(concurrency, len(jobs))):  # the launcher's drain waits for them
-        launcher.spawn(run.work())
-    try:
-        if not run.done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.done.wait(), wait)
-    finally:
-        answers = run.close()
-    return answers
+def in_order(candidates: Mapping[str, Job], ids: Iterable[str]) -> list[Job]:
+    """The candidates of ``ids``, in the order read."""
+    wanted = set(ids)
+    return [job for i, job in candidates.items() if i in wanted]

@@ -15,8 +15,9 @@ place that reads one:
 * **a queue with a plugin throttler** reads ``ctx.running``: its tries keep their
   jobs from then on (:meth:`JobsOnDemand.usage`).
 
-Each is one read by primary key per queue, of the tries that need it. A job read
-back at another attempt, or for a try gone meanwhile, is ignored.
+Each is one read by primary key per queue, of the tries that need it (a plan:
+:mod:`hipq.engine.requests`). A job read back at another attempt, or for a try gone
+meanwhile, is ignored.
 """
 
 from __future__ import annotations
@@ -25,26 +26,25 @@ from collections.abc import Sequence
 
 from hipq.engine.batch import Batch
 from hipq.engine.held import HeldTry
+from hipq.engine.requests import Plan, call
 from hipq.jobs import JobState
 from hipq.spec import QueueSpec
-from hipq.store import Store
 from hipq.throttling import RunningUsage
 
 
 class JobsOnDemand:
-    def __init__(self, batch: Batch, store: Store) -> None:
+    def __init__(self, batch: Batch) -> None:
         self.batch = batch
-        self.store = store
 
-    async def usage(self, spec: QueueSpec) -> RunningUsage:
+    def usage(self, spec: QueueSpec) -> Plan[RunningUsage]:
         """What the queue's waiting tries hold, their jobs read back first where the
         counts or the throttler need them."""
         path = spec.quotas.field if spec.quotas is not None else None
         self.batch.keep_jobs(spec.id, spec.custom_throttler)
-        await self._read(spec.id, self.batch.wants_jobs(spec.id, path))
+        yield from self._read(spec.id, self.batch.wants_jobs(spec.id, path))
         return self.batch.usage(spec.id, path)
 
-    async def for_retries(self, changed: Sequence[HeldTry]) -> None:
+    def for_retries(self, changed: Sequence[HeldTry]) -> Plan[None]:
         """The jobs of the failed tries among ``changed`` that let theirs go."""
         wanted: dict[str, list[str]] = {}
         failed = JobState.FAILED
@@ -52,8 +52,8 @@ class JobsOnDemand:
             if held.job is None and held.outcome is not None and held.outcome.status is failed:
                 wanted.setdefault(held.queue, []).append(held.id)
         for queue, ids in wanted.items():
-            await self._read(queue, ids)
+            yield from self._read(queue, ids)
 
-    async def _read(self, queue: str, ids: Sequence[str]) -> None:
+    def _read(self, queue: str, ids: Sequence[str]) -> Plan[None]:
         if ids:
-            self.batch.attach(queue, await self.store.job_load_running(queue=queue, ids=ids))
+            self.batch.attach(queue, (yield call("job_load_running", queue=queue, ids=ids)))

@@ -29,12 +29,13 @@ import functools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from hipq import tracing
 from hipq.clock import Clock
+from hipq.engine.requests import InTickRun
 from hipq.errors import HipqError, LaunchError
 from hipq.jobs import ErrorKind, Job, JobError
 from hipq.store import Store
@@ -163,8 +164,7 @@ class Launcher:
                     self.on_wake()
             self._confirm.append((result.job.queue, result.job.id, result.job.attempt))
             if len(self._confirm) == 1:  # the first since the last flush schedules one
-                asyncio.get_running_loop().call_later(CONFIRM_LINGER_SECONDS,
-                                                      lambda: self._spawn(self.flush()))
+                self.clock.call_later(CONFIRM_LINGER_SECONDS, lambda: self._spawn(self.flush()))
             return
         self._outcomes.append(result)
         queue, unrecorded = result.job.queue, self._unrecorded  # _recorded(queue), inline
@@ -183,22 +183,39 @@ class Launcher:
         else:
             self._unrecorded.pop(queue, None)
 
-    # -- in-tick runs (hipq.engine.inline): launches started outside the workers ------
+    # -- in-tick runs (hipq.engine.inline): a launch mode ------------------------------
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run ``coro`` in the background; :meth:`drain` waits for it."""
-        self._spawn(coro)
+    async def run_in_tick(self, target: Target, tries: Sequence[Job], *, wait: float,
+                          concurrency: int) -> InTickRun:
+        """Send ``tries`` (:func:`hipq.engine.inline.try_of`) through ``target`` now,
+        ``concurrency`` at a time, beside the workers; wait until all have answered or
+        ``wait`` seconds have passed. A try answered after the wait is recorded as if a
+        worker had sent it; one started and not answered is expected (:meth:`busy`)."""
+        run = _InTick(target=target, pending=deque(tries), launcher=self)
+        if not tries:
+            return run.close()
+        for _ in range(min(concurrency, len(tries))):  # drain() waits for them
+            self._spawn(run.work())
+        timer = self.clock.call_later(wait, run.done.set)
+        try:
+            await run.done.wait()
+        finally:
+            timer.cancel()
+            answers = run.close()
+        return answers
+
+    def hand_on(self, results: Sequence[LaunchResult]) -> None:
+        """Answers of an in-tick run that go the usual way, as if one of the workers
+        had sent their tries after the claim."""
+        self.expect([r.job for r in results])
+        for result in results:
+            self._record(result)
 
     def expect(self, jobs: Sequence[Job]) -> None:
-        """Launches under way whose answers will come through :meth:`record`."""
+        """Launches under way whose answers will come through :meth:`_record`."""
         unrecorded = self._unrecorded
         for queue, n in Counter([job.queue for job in jobs]).items():
             unrecorded[queue] = unrecorded.get(queue, 0) + n
-
-    def record(self, result: LaunchResult) -> None:
-        """What a launch said, as if one of the workers had sent it (an expected
-        launch, or one answered in its tick that goes the usual way after all)."""
-        self._record(result)
 
     def busy(self, queue: str) -> bool:
         """Whether launches of ``queue`` are in flight or not yet recorded."""
@@ -240,6 +257,62 @@ class Launcher:
                                  return_exceptions=True)
             await asyncio.sleep(0)  # noqa: TID251 (let the done callbacks run)
         await self.flush()
+
+
+@dataclass(slots=True, eq=False)
+class _InTick:
+    """One in-tick run's tries, sent by a few tasks; answers within the wait are kept
+    for the tick, later ones go the usual way."""
+
+    target: Target
+    pending: deque[Job]
+    launcher: Launcher
+    answered: list[LaunchResult] = field(default_factory=list)
+    started: dict[str, Job] = field(default_factory=dict)  # by id, until answered
+    open: bool = True
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def work(self) -> None:
+        target, pending = self.target, self.pending
+        while pending:
+            job = pending.popleft()
+            self.started[job.id] = job
+            if job.trace is None:
+                result = await _launch_owned(target, job)
+            else:  # the try's trace context is current while it runs
+                with tracing.tracer().launching(job):
+                    result = await _launch_owned(target, job)
+            if self.open:
+                del self.started[job.id]
+                self.answered.append(result)
+                if not pending and not self.started:
+                    self.done.set()
+            else:  # the wait is over: the answer goes the usual way
+                self.launcher._record(result)
+
+    def close(self) -> InTickRun:
+        """End the wait: what was not started stays for the usual path; what was
+        started and not answered is expected by the launcher (in the same step, so
+        no answer can come in between)."""
+        self.open = False
+        unstarted = list(self.pending)
+        self.pending.clear()
+        unanswered = list(self.started.values())
+        self.launcher.expect(unanswered)
+        return InTickRun(answered=self.answered, unanswered=unanswered, unstarted=unstarted)
+
+
+async def _launch_owned(target: Target, job: Job) -> LaunchResult:
+    """:func:`launch_one` of a try that is its own copy (no second snapshot where the
+    target can take one as it is)."""
+    owned = getattr(target, "launch_owned", None)
+    if owned is None:
+        return await launch_one(target, job)
+    try:
+        outcome: LaunchOutcome = await owned(job)
+    except Exception as exc:
+        return failed_launch(job, exc)
+    return launch_result(job, outcome)
 
 
 async def launch_one(target: Target, job: Job) -> LaunchResult:

@@ -5,8 +5,8 @@ daemon owns the queue, and a row per live daemon (``daemons``, with a heartbeat)
 says who shares the queues; the database is authoritative. :attr:`Leases.held` is
 this daemon's copy of the queues it owns and fetches for; :attr:`Leases.releasing`
 the queues it still owns but is handing over (no fetch; released once their
-in-flight launches are recorded and persisted: ``Reconciler._hand_over`` in
-:mod:`hipq.engine.reconciler`).
+in-flight launches are recorded and persisted: the end of a tick,
+:meth:`hipq.engine.plan.TickPlan.finish`).
 
 Fair spread. At each renewal (every third of ``lease_seconds``, on a timer of its
 own so a long tick interval never lets a lease lapse; and at once when queues
@@ -22,11 +22,15 @@ launches keep waiting for their response or deadline, unconfirmed ones fail with
 ``lost``. A daemon that finds it lost a lease drops that queue from its batch. A
 database error in a renewal is logged; the next renewal tries again (the leases
 stay valid until they expire).
+
+The methods that touch the database are plans (:mod:`hipq.engine.requests`): each
+returns an :class:`~hipq.engine.requests.Alone` request, so that the executor runs
+one lease plan at a time (a renewal on the lease timer may come while a tick
+refreshes them).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Callable, Collection
@@ -35,7 +39,7 @@ from datetime import datetime, timedelta
 
 from hipq.engine.decide import outcome_lost
 from hipq.engine.held import HeldTry
-from hipq.store import Store
+from hipq.engine.requests import Alone, Plan, call
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +80,7 @@ def fair_share(queues: int, daemons: int) -> int:
 
 
 class Leases:
-    def __init__(self, store: Store, *, owner: str, lease_seconds: float) -> None:
-        self.store = store
+    def __init__(self, *, owner: str, lease_seconds: float) -> None:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.held: set[str] = set()
@@ -88,7 +91,6 @@ class Leases:
         self._renewed_at: datetime | None = None
         self._seen: set[str] = set()
         self._lost: set[str] = set()  # found lost by a renewal, not yet reported
-        self._lock = asyncio.Lock()
 
     @property
     def renew_every(self) -> timedelta:
@@ -101,47 +103,47 @@ class Leases:
     def due(self, now: datetime) -> bool:
         return self._renewed_at is None or now - self._renewed_at >= self.renew_every
 
-    async def renew(self, now: datetime) -> None:
+    def renew(self, now: datetime) -> Alone:
         """Heartbeat and renew what this daemon owns, nothing else: the timer's job,
         safe beside a tick (what it finds lost is reported by the next refresh)."""
-        async with self._lock:
-            await self._renew(now)
+        return Alone("leases", self._renew(now))
 
-    async def _renew(self, now: datetime) -> None:
-        self.live = await self.store.daemon_heartbeat(owner=self.owner, now=now,
-                                                      seconds=self.lease_seconds)
+    def _renew(self, now: datetime) -> Plan[None]:
+        self.live = yield call("daemon_heartbeat", owner=self.owner, now=now,
+                               seconds=self.lease_seconds)
         if self.owned:
-            kept = await self.store.lease_acquire_many(
-                queues=sorted(self.owned), owner=self.owner, now=now,
-                seconds=self.lease_seconds)
+            kept = yield call("lease_acquire_many", queues=sorted(self.owned),
+                              owner=self.owner, now=now, seconds=self.lease_seconds)
             self._lost |= self.owned - kept
             self.held &= kept
             self.releasing &= kept
         self._renewed_at = now
 
-    async def refresh(self, queues: Collection[str], now: datetime) -> LeaseChange:
-        """In a tick: renew when due, rebalance towards the fair share; what was
-        gained and lost since the last call."""
-        async with self._lock:
-            gained: set[str] = set()
-            if self.force or self.due(now) or set(queues) != self._seen:
-                self.force = False
-                gained = await self._rebalance(set(queues), now)
-            lost, self._lost = self._lost, set()
-            lost -= gained
+    def refresh(self, queues: Collection[str], now: datetime) -> Alone:
+        """In a tick: renew when due, rebalance towards the fair share; answers what
+        was gained and lost since the last call (a :class:`LeaseChange`)."""
+        return Alone("leases", self._refresh(queues, now))
+
+    def _refresh(self, queues: Collection[str], now: datetime) -> Plan[LeaseChange]:
+        gained: set[str] = set()
+        if self.force or self.due(now) or set(queues) != self._seen:
+            self.force = False
+            gained = yield from self._rebalance(set(queues), now)
+        lost, self._lost = self._lost, set()
+        lost -= gained
         for queue in sorted(lost):
             log.warning("lost the lease on queue %s", queue, extra={"action": "lease_lost"})
         return LeaseChange(gained=sorted(gained), lost=sorted(lost))
 
-    async def _rebalance(self, queues: set[str], now: datetime) -> set[str]:
+    def _rebalance(self, queues: set[str], now: datetime) -> Plan[set[str]]:
         self._seen = set(queues)
         gone = self.owned - queues  # deleted queues: let their leases go
         if gone:
-            await self.store.lease_release_many(queues=sorted(gone), owner=self.owner)
+            yield call("lease_release_many", queues=sorted(gone), owner=self.owner)
             self._lost |= gone
             self.held -= gone
             self.releasing -= gone
-        await self._renew(now)
+        yield from self._renew(now)
         share = fair_share(len(queues), len(self.live))
         if self.stopping:
             return set()
@@ -156,22 +158,24 @@ class Leases:
         want = share - len(self.owned)
         if want <= 0:
             return set()
-        leases = await self.store.lease_list()
+        leases = yield call("lease_list")
         free = [q for q in sorted(queues - self.owned)
                 if q not in leases or leases[q][1] < now]
         if not free:
             return set()
-        got = await self.store.lease_acquire_many(
-            queues=free[:want], owner=self.owner, now=now, seconds=self.lease_seconds)
+        got: set[str] = yield call("lease_acquire_many", queues=free[:want], owner=self.owner, now=now,
+                         seconds=self.lease_seconds)
         self.held |= got
         return got
 
-    async def release(self, queues: Collection[str]) -> None:
+    def release(self, queues: Collection[str]) -> Alone:
         """The end of a handover: the queues are no longer ours."""
-        async with self._lock:
-            await self.store.lease_release_many(queues=sorted(queues), owner=self.owner)
-            self.releasing -= set(queues)
-            self.held -= set(queues)
+        return Alone("leases", self._release(queues))
+
+    def _release(self, queues: Collection[str]) -> Plan[None]:
+        yield call("lease_release_many", queues=sorted(queues), owner=self.owner)
+        self.releasing -= set(queues)
+        self.held -= set(queues)
         log.info("handed over queues %s", ", ".join(sorted(queues)),
                  extra={"action": "handover"})
 
@@ -179,19 +183,19 @@ class Leases:
 ADOPT_PAGE = 500  # running jobs read and taken at a time by an adoption
 
 
-async def adopt(store: Store, *, queue: str, owner: str, now: datetime,
-                add: Callable[[HeldTry], None]) -> int:
+def adopt(*, queue: str, owner: str, now: datetime,
+          add: Callable[[HeldTry], None]) -> Plan[int]:
     """Take over the running jobs of a queue whose lease was just acquired: they
     become ours (one statement), then are read a page at a time by id, each page
     given to ``add`` before the next is read, so a takeover needs memory for a
     page, not for the whole running set. An unconfirmed launch ends as a ``lost``
     try. Returns how many were adopted."""
-    if not await store.job_adopt_running(queue=queue, owner=owner, now=now):
+    if not (yield call("job_adopt_running", queue=queue, owner=owner, now=now)):
         return 0
     adopted = 0
     after: str | None = None
     while True:
-        page = await store.job_load_running(queue=queue, after_id=after, limit=ADOPT_PAGE)
+        page = yield call("job_load_running", queue=queue, after_id=after, limit=ADOPT_PAGE)
         for job in page:
             entry = HeldTry(job=job, deadline=job.deadline)
             if not job.launch_confirmed:

@@ -1,26 +1,29 @@
 """Vacuuming the hot ``jobs`` table (PostgreSQL) as jobs move through it.
 
 Every job is inserted, updated and deleted in ``jobs``; between autovacuum runs its
-indexes fill with entries of jobs long gone. The loop counts the jobs claimed and
-ended and, every ``vacuum_every`` of them, runs one vacuum in the background. A
-store that cannot (SQLite, or a role not allowed to) answers False once and is
-not asked again; a failed vacuum is retried at the next threshold.
+indexes fill with entries of jobs long gone. Each tick tells how many jobs it
+claimed and ended (:class:`~hipq.engine.requests.Moved`) and, every ``vacuum_every``
+of them, the executor runs one vacuum in the background. A store that cannot
+(SQLite, or a role not allowed to) answers False once and is not asked again; a
+failed vacuum is retried at the next threshold.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from hipq.errors import HipqError
-from hipq.store import Store
 
 log = logging.getLogger(__name__)
 
 
 class Vacuum:
-    def __init__(self, store: Store, *, every: int) -> None:
-        self.store = store
+    """``run``: the store's vacuum (``Store.jobs_vacuum``), started in the background."""
+
+    def __init__(self, run: Callable[[], Awaitable[bool]], *, every: int) -> None:
+        self._run = run
         self.every = every
         self._enabled = every > 0
         self._moved = 0
@@ -38,7 +41,7 @@ class Vacuum:
 
     async def _vacuum(self) -> None:
         try:
-            done = await self.store.jobs_vacuum()
+            done = await self._run()
         except HipqError as exc:
             log.warning("vacuum of the jobs table failed: %s", exc,
                         extra={"action": "vacuum_error"})

@@ -32,10 +32,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq.engine.requests import Plan, call
 from hipq.retry import partner_time
 from hipq.spec import QueueSpec
-from hipq.store import QueueRecord, Store
-from hipq.store.records import Backoff, QueueState
+from hipq.store.records import Backoff, QueueRecord, QueueState
 
 BUDGET_SPENT = "budget spent"
 HELD_SAVE_EVERY = timedelta(seconds=1)  # held counts are written at most this often
@@ -55,8 +55,7 @@ def effective_limit(concurrency: int | None, adaptive_min: int | None,
 
 
 class PartnerWord:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self) -> None:
         self._pauses: dict[str, dict[str | None, Backoff]] = {}
         self._states: dict[str, QueueState] = {}
         self._loaded: dict[str, datetime] = {}  # queue -> its record's updated_at
@@ -68,16 +67,17 @@ class PartnerWord:
 
     # -- loading and saving ----------------------------------------------------------
 
-    async def refresh(self, held: Collection[str], queues: Mapping[str, QueueRecord]) -> None:
-        """Forget queues no longer held; load those gained or whose record changed."""
+    def refresh(self, held: Collection[str], queues: Mapping[str, QueueRecord]) -> Plan[None]:
+        """Forget queues no longer held; load those gained or whose record changed (a
+        plan: :mod:`hipq.engine.requests`)."""
         for queue in [q for q in self._loaded if q not in held]:
             self.forget(queue)
         stale = [q for q in sorted(held)
                  if q in queues and self._loaded.get(q) != queues[q].updated_at]
         if not stale:
             return
-        pauses = await self.store.backoff_list(queues=stale)
-        states = await self.store.queue_state_list(queues=stale)
+        pauses = yield call("backoff_list", queues=stale)
+        states = yield call("queue_state_list", queues=stale)
         for queue in stale:
             self._loaded[queue] = queues[queue].updated_at
             self._pauses[queue] = {}
@@ -94,14 +94,14 @@ class PartnerWord:
         for marks in (self._dirty_pauses, self._dirty_states, self._held_pending):
             marks.discard(queue)
 
-    async def save(self, now: datetime) -> None:
+    def save(self, now: datetime) -> Plan[None]:
         """Write what changed: pauses of a queue whole, states in one statement."""
         for queue in sorted(self._dirty_pauses):
             pauses = self._pauses.get(queue)
             if pauses is None:
                 continue
             self._prune(pauses, now)
-            await self.store.backoff_replace(queue=queue, backoffs=list(pauses.values()))
+            yield call("backoff_replace", queue=queue, backoffs=list(pauses.values()))
         self._dirty_pauses.clear()
         for queue in list(self._held_pending):
             if now - self._held_saved.get(queue, datetime.min.replace(tzinfo=now.tzinfo)) \
@@ -111,7 +111,7 @@ class PartnerWord:
                 self._dirty_states.add(queue)
         states = [self._states[q] for q in sorted(self._dirty_states) if q in self._states]
         self._dirty_states.clear()
-        await self.store.queue_state_save(states)
+        yield call("queue_state_save", states)
 
     @staticmethod
     def _prune(pauses: dict[str | None, Backoff], now: datetime) -> None:

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from hipq.engine.requests import Plan, call
 from hipq.jobs import Job
-from hipq.store import Store
 
 
 @dataclass(slots=True)
@@ -88,12 +88,12 @@ class RateLog:
     def queues(self) -> list[str]:
         return [queue for queue, launches in self._queues.items() if launches]
 
-    async def write_back(self, store: Store, queue: str) -> None:
+    def write_back(self, queue: str) -> Plan[None]:
         """Before a queue is released: its launches as the rate limit must count them
         (answer times, :meth:`events`), for the next owner; then forgotten here."""
         events = self.events(queue)
         if events is not None:
-            await store.launch_events_replace(queue=queue, since=events[0], events=events[1])
+            yield call("launch_events_replace", queue=queue, since=events[0], events=events[1])
         self.drop_queue(queue)
 
     def drop_queue(self, queue: str) -> None:

@@ -27,10 +27,10 @@ class ReconcileResult:
     responses_applied: int = 0
     adopted: int = 0
     throttler_errors: int = 0
-    throttled: int = 0  # tries the partner throttled (SPEC 15)
+    throttled: int = 0  # tries the partner throttled (docs/throttling.md)
     ran_inline: int = 0  # tries claimed and ended in one statement (hipq.engine.inline)
     # tries run within the tick whose archive is written while the next tick runs
-    # (hipq.engine.archiving): counted in finished and ran_inline by that tick
+    # (hipq.engine.executor): counted in finished and ran_inline by that tick
     archiving: int = 0
     # for metrics (hipq.metrics) and failure logs, by reference: no per-job work here
     launched_jobs: Sequence[Job] = ()
@@ -62,6 +62,13 @@ class Counters:
         self.add("expired", n)
         if n:
             self.expired_by_queue[queue] = self.expired_by_queue.get(queue, 0) + n
+
+    def ran(self, done: Sequence[Change]) -> None:
+        """Tries run within their tick whose archive applied (hipq.engine.inline)."""
+        if done:
+            self.add("finished", len(done))
+            self.add("ran_inline", len(done))
+            self.ended = [*self.ended, *done]
 
     def responses(self, marks: Sequence[tuple[int, InboxOutcome]]) -> None:
         for _, outcome in marks:

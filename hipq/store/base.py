@@ -60,6 +60,17 @@ class Store(Protocol):
         """Whether concurrent claims are arbitrated by row locks (``SKIP LOCKED``);
         without them the database has a single writer and claims are serialized."""
 
+    @property
+    def supports_reads_beside_writes(self) -> bool:
+        """Whether a read runs beside a write, on another connection of a pool,
+        instead of waiting for it (the engine then reads a page ahead while it
+        writes: docs/internals.md, "The executor")."""
+
+    @property
+    def supports_notify(self) -> bool:
+        """Whether a process can wake the others that share the database
+        (PostgreSQL's LISTEN/NOTIFY); without it they poll."""
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def close(self) -> None:

@@ -47,6 +47,8 @@ class DriverBase(abc.ABC):
 
     dialect: ClassVar[str]  # "postgresql" or "sqlite"
     supports_row_locks: ClassVar[bool]  # SELECT ... FOR UPDATE (else: a single writer)
+    supports_reads_beside_writes: ClassVar[bool]  # a pool: a read waits on no write
+    supports_notify: ClassVar[bool]  # LISTEN/NOTIFY across processes
     # driver errors that mean "the database is unreachable: try again" (the pool is reset)
     _transient: tuple[type[BaseException], ...] = (OSError, ConnectionError)
     # driver errors of a constraint that refused a write

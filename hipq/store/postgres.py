@@ -150,6 +150,8 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
 
     dialect = "postgresql"
     supports_row_locks = True
+    supports_reads_beside_writes = True
+    supports_notify = True
 
     async def _fetch(self, name: str, **values: Any) -> list[Any]:
         """One named statement's rows, on its own (no transaction)."""

@@ -66,6 +66,8 @@ class SQLiteStore(SQLiteIntake):
 
     dialect = "sqlite"
     supports_row_locks = False
+    supports_reads_beside_writes = False
+    supports_notify = False
 
     # -- lifecycle -------------------------------------------------------------------
 

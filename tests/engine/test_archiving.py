@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hipq.engine.prefetch import KEEP_SECONDS
+from hipq.engine.executor import KEEP_SECONDS
 from hipq.errors import TransientStoreError
 from hipq.jobs import JobState
 from hipq.service import Hipq

@@ -286,7 +286,7 @@ async def test_a_large_tick_ends_its_tries_in_several_statements(
     """Ends of a tick go in statements of IN_TICK_ARCHIVE_CHUNK, side by side: each
     applies on its own, none is lost or applied twice."""
     from hipq.bodies import BatchItem
-    from hipq.engine.archiving import IN_TICK_ARCHIVE_CHUNK
+    from hipq.engine.executor import IN_TICK_ARCHIVE_CHUNK
 
     count = IN_TICK_ARCHIVE_CHUNK + 7  # two statements (a tick fetches at most 2,000)
     reconciler = reconciler_for(store, clock, InProcess(succeeded))
