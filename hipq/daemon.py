@@ -1,14 +1,14 @@
-"""The daemon: store + reconciler + APScheduler, with a graceful shutdown.
+"""The daemon: store + engine + APScheduler, with a graceful shutdown.
 
 ``Daemon.run(stop=event, ready=event)`` opens the store, migrates it, applies the
 YAML queues (an upsert), and starts the parts: the API, the response consumer, and
-the :class:`~hipq.engine.driver.TickDriver`, the one task that runs reconcile
-ticks. APScheduler fires the periodic tick (every ``reconcile.interval_seconds``),
-the lease refresh, archive pruning and recurring schedules; work arriving in this
-process wakes the driver early (debounced). On ``stop`` the driver finishes its
-tick and ends, in-flight launches finish and are recorded, a final persist-only
-tick runs, the leases are released and the pool closed; running jobs stay running
-in the database for the next owner.
+the engine (:class:`~hipq.engine.facade.Engine`, whose one task runs the reconcile
+ticks and decides when). APScheduler fires the periodic tick (every
+``reconcile.interval_seconds``), the lease cadence, archive pruning and recurring
+schedules; the daemon tells the engine what happened and nothing else. On ``stop``
+the engine finishes its tick, in-flight launches finish and are recorded, a final
+persist-only tick runs, the leases are released and the pool closed; running jobs
+stay running in the database for the next owner.
 """
 
 from __future__ import annotations
@@ -30,19 +30,19 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from hipq import heap, tracing
 from hipq.api import ApiDeps, ApiServer
-from hipq.clock import Clock, SystemClock
+from hipq.clock import Clock, SystemClock, delay
 from hipq.config import Settings
-from hipq.engine import Reconciler
-from hipq.engine.driver import TickDriver
-from hipq.errors import ConfigError, HipqError, TransientStoreError
+from hipq.engine.facade import Engine
+from hipq.engine.result import ReconcileResult
+from hipq.errors import ConfigError, HipqError
 from hipq.intake import Intake
 from hipq.metrics import Metrics
 from hipq.responses.signing import load_signer
 from hipq.schedules import POLL_SECONDS as SCHEDULE_POLL_SECONDS
 from hipq.schedules import Schedules, open_schedules
 from hipq.service import Hipq
-from hipq.store import InboxRow, Store, open_store
-from hipq.store.notify import INTAKE, MEMBERS, WAKE, Notifier
+from hipq.store import Store, open_store
+from hipq.store.notify import INTAKE, MEMBERS, Notifier
 from hipq.targets import Target, Targets
 from hipq.targets.http import HttpClient
 from hipq.tick_log import log_failures
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_GRACE_SECONDS = 10.0
 PRUNE_INTERVAL_SECONDS = 3600.0
 PRUNE_BATCH = 1000
 INTAKE_WATCH_SECONDS = 0.25  # SQLite: how often the intake is looked at for new rows
@@ -95,17 +94,14 @@ class Daemon:
         self.migrate = migrate
         self.owner = make_owner_id()
         self._stack = AsyncExitStack()
-        self._driver = TickDriver(self._tick, clock=self.clock,
-                                  debounce=settings.reconcile.debounce_seconds)
         self._scheduler: AsyncIOScheduler | None = None
         self._opened: _Opened | None = None
         self.api_port: int | None = None  # the bound port once the API serves
         self.schedules: Schedules | None = None  # docs/configuration.md
         self.metrics = Metrics(monotonic=self.clock.monotonic)
         self.notifier: Notifier | None = None  # scale-out: LISTEN/NOTIFY (PostgreSQL)
-        self._intake_due = True  # look at the intake at the next tick (SPEC 16)
+        self._intake_due = True  # look at the intake at the next tick (docs/from-your-database.md)
         self._held_before: frozenset[str] = frozenset()
-        self.ticked = asyncio.Event()  # set once a tick ran (hipq run settles its heap then)
 
     # the parts, once open() has run
     @property
@@ -123,8 +119,13 @@ class Daemon:
         return self.parts.service
 
     @property
-    def reconciler(self) -> Reconciler:
-        return self.parts.reconciler
+    def engine(self) -> Engine:
+        return self.parts.engine
+
+    @property
+    def ticked(self) -> asyncio.Event:
+        """Set once a tick ran (hipq run settles its heap then)."""
+        return self.parts.engine.ticked
 
     @property
     def kafka_consumer(self) -> KafkaResponseConsumer | None:
@@ -153,38 +154,37 @@ class Daemon:
             await store.migrate()
         else:
             await store.check_schema()
-        service = Hipq(store, clock=self.clock, on_work=self._work_arrived,
-                       on_enqueued=self.metrics.enqueued_jobs,
-                       on_response=self._responses_arrived,
-                       on_written=self._responses_written, live_try=self._live_try)
-        for queue in self.settings.queues:
-            await service.create_queue(queue)
         signer = await load_signer(store, self.settings.signing_key)
-        self.schedules = await open_schedules(service, self.settings, clock=self.clock)
         http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
         self._stack.push_async_callback(http.close)
-        producer, consumer = None, None
-        if self.settings.kafka is not None:  # both connect lazily, retrying with back-off
-            from hipq.responses.kafka_consumer import KafkaResponseConsumer  # aiokafka: 5 MB
-            from hipq.targets.kafka_target import KafkaProducer
+        producer = None
+        if self.settings.kafka is not None:  # it connects lazily, retrying with back-off
+            from hipq.targets.kafka_target import KafkaProducer  # aiokafka: 5 MB
 
             producer = KafkaProducer(self.settings.kafka, clock=self.clock)
             self._stack.push_async_callback(producer.close)
+        engine = Engine(store, clock=self.clock, owner=self.owner,
+                        config=self.settings.reconcile, responses=self.settings.responses,
+                        targets=Targets(memory=self.memory_targets, http=http, kafka=producer),
+                        before=self._ingest_for, after=self._observe)
+        service = Hipq(store, clock=self.clock, engine=engine,
+                       on_enqueued=self.metrics.enqueued_jobs)
+        for queue in self.settings.queues:
+            await service.create_queue(queue)
+        self.schedules = await open_schedules(service, self.settings, clock=self.clock)
+        consumer = None
+        if self.settings.kafka is not None:  # it connects lazily, retrying with back-off
+            from hipq.responses.kafka_consumer import KafkaResponseConsumer
+
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
-                                             on_work=self._work_arrived,
-                                             on_written=self._responses_written)
+                                             engine=engine)
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
                                     schedules=self.schedules, metrics=self.metrics,
                                     declared_queues={q.id: q for q in self.settings.queues},
                                     trace_url=self.settings.dashboard.trace_url))
-        reconciler = Reconciler(
-            store, clock=self.clock, owner=self.owner, config=self.settings.reconcile,
-            responses=self.settings.responses, on_wake=self.wake,
-            targets=Targets(memory=self.memory_targets, http=http, kafka=producer))
-        reconciler.inbox.use_events()  # every writer of responses below says so
-        return _Opened(store=store, service=service, reconciler=reconciler,
+        return _Opened(store=store, service=service, engine=engine,
                        intake=Intake(service, store, self.clock), http=http, api=api,
                        kafka_consumer=consumer)
 
@@ -219,10 +219,9 @@ class Daemon:
             self._stack.push_async_callback(parts.api.stop)
             if parts.http.public_url is None:
                 parts.http.public_url = parts.api.url
-        self._driver.start()
-        self._stack.push_async_callback(self._driver.stop)
-        self._driver.due()  # the first tick at once
-        if self.store.dialect == "sqlite":  # producers of other processes: no NOTIFY
+        parts.engine.start(peers=self.notifier)  # the first tick at once
+        self._stack.push_async_callback(parts.engine.stop)
+        if not self.store.supports_notify:  # producers of other processes say nothing
             self._spawn_first(self._watch_intake())
         self._start_scheduler()
         self._stack.callback(self._stop_scheduler)
@@ -236,7 +235,7 @@ class Daemon:
                           seconds=self.settings.reconcile.interval_seconds,
                           max_instances=1, coalesce=True, misfire_grace_time=None)
         # leases on their own cadence, whatever interval_seconds is (scale-out)
-        scheduler.add_job(self._lease_job, "interval", id="leases",
+        scheduler.add_job(self.engine.leases_due, "interval", id="leases",
                           seconds=self.settings.reconcile.lease_seconds / 3,
                           max_instances=1, coalesce=True, misfire_grace_time=None)
         scheduler.add_job(self.prune, "interval", id="prune", seconds=PRUNE_INTERVAL_SECONDS,
@@ -249,10 +248,10 @@ class Daemon:
         self._scheduler = scheduler
 
     async def _periodic_tick(self) -> None:
-        """APScheduler's reconcile job: ask the driver for a tick (it runs there);
-        it also looks at the intake (polling, whatever the notifications said)."""
+        """APScheduler's reconcile job: the engine ticks now; the tick also looks at
+        the intake (polling, whatever the notifications said)."""
         self._intake_due = True
-        self._driver.due()
+        self.engine.interval()
 
     async def _watch_intake(self) -> None:
         """SQLite: a producer in another process writes the intake without a
@@ -260,7 +259,7 @@ class Daemon:
         :data:`INTAKE_WATCH_SECONDS`, and a new row wakes the tick."""
         seen = 0
         while True:
-            await asyncio.sleep(INTAKE_WATCH_SECONDS)  # noqa: TID251 (real-time polling)
+            await delay(self.clock, INTAKE_WATCH_SECONDS)  # real-time polling
             try:
                 last = await self.store.intake_last_id()
             except HipqError:
@@ -275,22 +274,10 @@ class Daemon:
         task = asyncio.create_task(first)
         self._stack.push_async_callback(_cancelled, task)
 
-    # -- scale-out: lease cadence and wake-ups across daemons ---------------------------
-
-    async def _lease_job(self) -> None:
-        """Every third of ``lease_seconds``: a tick renews and rebalances the leases;
-        if a tick is running (a long one), renew beside it so no lease lapses."""
-        leases = self.reconciler.leases
-        leases.force = True
-        if self._driver.running:
-            try:
-                await self.reconciler.renew_leases()
-            except HipqError as exc:
-                log.warning("lease renewal failed: %s", exc, extra={"action": "lease_error"})
-        self._driver.due()
+    # -- scale-out: wake-ups across daemons ------------------------------------------------
 
     async def _start_notifier(self) -> None:
-        if not self.settings.database.notify or self.store.dialect != "postgresql":
+        if not self.settings.database.notify or not self.store.supports_notify:
             return
         self.notifier = Notifier(self.settings.database.url, on_notify=self._notified)
         self.notifier.start()
@@ -302,96 +289,43 @@ class Daemon:
             await self.notifier.stop()
 
     def _notified(self, payload: str) -> None:
+        if self._opened is None:
+            return
+        engine = self._opened.engine
         if payload == MEMBERS:
-            self.reconciler.leases.force = True
-            self._driver.due()
+            engine.members_changed()
             return
-        if payload == INTAKE:  # a producer committed rows to the intake (SPEC 16)
+        if payload == INTAKE:  # a producer committed rows to the intake
             self._intake_due = True
-            self.wake()
+            engine.wake()
             return
-        if self._opened is not None:  # maybe responses written by another daemon
-            self._opened.reconciler.inbox.arrived()
-        self.wake()
-
-    def _live_try(self, correlation_key: str) -> tuple[str, int] | None:
-        """(token, attempt) of the try in this daemon's batch that holds the key."""
-        entry = None if self._opened is None else (
-            self._opened.reconciler.batch.by_key(correlation_key))
-        return None if entry is None else (entry.token, entry.attempt)
-
-    def _responses_arrived(self) -> None:
-        if self._opened is not None:
-            self._opened.reconciler.inbox.arrived()
-
-    def _responses_written(self, rows: list[InboxRow]) -> None:
-        """Responses this process wrote: applied at the next tick without a read."""
-        if self._opened is not None:
-            self._opened.reconciler.inbox.wrote(rows)
-
-    def _work_arrived(self) -> None:
-        """An enqueue or a response reached this daemon: its queue may be ours or
-        another daemon's; wake both (the others only when there are: a daemon alone
-        sends no NOTIFY; one that joins is seen at the next heartbeat)."""
-        self.wake()
-        if self.notifier is not None and self._others_live():
-            self.notifier.notify(WAKE)
-
-    def _others_live(self) -> bool:
-        opened = self._opened
-        return opened is None or len(opened.reconciler.leases.live) > 1
+        engine.responses_arrived()  # maybe responses written by another daemon
+        engine.wake()
 
     def wake(self) -> None:
         """Run a tick soon (debounced); safe to call often and from callbacks.
         A no-op with ``reconcile.early_wake: false`` (ticks only at the interval)."""
-        if self.settings.reconcile.early_wake:
-            self._driver.wake()
+        if self._opened is not None:
+            self._opened.engine.wake()
 
     async def tick(self) -> None:
         """Ask for a tick now and wait until it ran (tests and embedders)."""
-        await self._driver.tick_now()
+        await self.engine.tick()
 
-    async def _tick(self) -> bool:
-        """One reconcile pass, run by the driver; never raises. True when more is due
-        at once: it launched a full batch, or tries ended within it (in-tick runs:
-        the capacity they took is free again, and no answer will wake the next), or
-        step 0 left new responses for the next tick (its bound per tick)."""
-        try:
-            return await self._reconcile()
-        finally:
-            self.ticked.set()
-
-    async def _reconcile(self) -> bool:
-        started = self.clock.monotonic()
-        try:
-            more = await self._ingest()
-            result = await self.reconciler.run_once()
-        except TransientStoreError as exc:
-            log.warning("reconcile tick skipped: %s", exc, extra={"action": "tick_error"})
-            return False
-        except Exception:
-            log.exception("reconcile tick failed", extra={"action": "tick_error"})
-            return False
-        if self.metrics.observe_tick(result, self.clock.monotonic() - started):
+    def _observe(self, result: ReconcileResult, seconds: float) -> None:
+        """After each tick: its metrics, the failed tries' log lines, their spans."""
+        if self.metrics.observe_tick(result, seconds):
             log_failures(result.ended)
         if (tracer := tracing.tracer()).active:  # docs/traces.md: try spans end
             tracer.tries_ended(result.ended)
-        held = frozenset(self.reconciler.held)
-        if held - self._held_before:  # queues gained: their intake rows may wait
+
+    async def _ingest_for(self, held: frozenset[str]) -> bool:
+        """Before each tick: the intake, when asked for or when queues were gained
+        (their rows may wait); whether more rows wait."""
+        if held - self._held_before:
             self._intake_due = True
-            self._driver.due()
         self._held_before = held
-        if more:
-            self._driver.due()
-        if result.wake_at is not None:  # a partner's pause ends then
-            try:
-                self._driver.due_in(max((result.wake_at - self.clock.now()).total_seconds(),
-                                        0.0))
-            except Exception:  # never the driver's end: the periodic tick carries on
-                log.exception("could not schedule a tick", extra={"action": "tick_error"})
-        return (result.launched >= self.settings.reconcile.fetch_limit
-                or result.ran_inline > 0 or result.archiving > 0
-                or self.reconciler.inbox.backlog)  # new responses were left for it
+        return await self._ingest()
 
     async def _ingest(self) -> bool:
         """The intake's rows of the owned queues become jobs (SPEC 16), when a
@@ -400,7 +334,7 @@ class Daemon:
             return False
         self._intake_due = False
         try:
-            owned = set(self.reconciler.held)
+            owned = set(self.engine.held)
             known = [q.id for q in await self.store.queue_list()]
             more = await self.parts.intake.ingest(owned, known)
         except Exception:  # never the tick's: the rows wait for the next look
@@ -429,28 +363,15 @@ class Daemon:
         """Stop fetching, let in-flight launches finish and be recorded (bounded by
         a grace period), run a last persist-only tick, release the leases. Running
         jobs stay running in the database for the next owner."""
-        reconciler = self.reconciler
-        reconciler.stop()
-        await self._driver.stop()  # its tick in progress ends; no other starts
+        engine = self.engine
+        await engine.stop()  # its tick in progress ends; no other starts
         self.parts.intake.close()
-        try:
+        await engine.close()
+        if self.notifier is not None:  # the others take the queues over at once
             try:
-                await asyncio.wait_for(reconciler.drain(), SHUTDOWN_GRACE_SECONDS)
-            except TimeoutError:
-                log.warning("some launches were still in flight at shutdown")
-            started = self.clock.monotonic()
-            result = await reconciler.run_once()
-            if self.metrics.observe_tick(result, self.clock.monotonic() - started):
-                log_failures(result.ended)
-            if (tracer := tracing.tracer()).active:
-                tracer.tries_ended(result.ended)
-            await reconciler.write_back_rates()
-            await self.store.lease_release_all(owner=self.owner)
-            await self.store.daemon_leave(owner=self.owner)
-            if self.notifier is not None:  # the others take the queues over at once
                 await self.notifier.send_now(MEMBERS)
-        except HipqError as exc:
-            log.warning("shutdown could not persist everything: %s", exc)
+            except HipqError as exc:
+                log.warning("shutdown could not persist everything: %s", exc)
 
     async def shutdown(self) -> None:
         """Close everything :meth:`open` and :meth:`run` started, in reverse order."""
@@ -468,7 +389,7 @@ async def _cancelled(task: asyncio.Task[object]) -> None:
 class _Opened:
     store: Store
     service: Hipq
-    reconciler: Reconciler
+    engine: Engine
     intake: Intake
     http: HttpClient
     api: ApiServer | None

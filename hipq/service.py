@@ -1,8 +1,9 @@
 """The Python API: everything a user can do, for embedding, the CLI and the HTTP API.
 
 Handlers stay thin: they validate input and call these methods. The service never
-runs a tick itself; it writes to the database and calls ``on_work`` so a daemon
-in the same process can wake its reconcile loop early.
+runs a tick itself; it writes to the database and tells the engine of a daemon in
+the same process (``engine``: :class:`hipq.engine.facade.EngineLink`), which wakes
+its reconcile loop early.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hipq import json_text, tracing
 from hipq.bodies import DataOnly, EnqueueRequest, ResponseRequest
@@ -47,7 +48,6 @@ from hipq.responses.batcher import Batcher
 from hipq.responses.correlation import request_key, response_key
 from hipq.retry import build_retry
 from hipq.store import (
-    InboxRow,
     InsertOutcome,
     InsertStatus,
     JobHistory,
@@ -63,6 +63,9 @@ from hipq.throttling import field_value, next_open
 from hipq.throttling.windows import validate as validate_windows
 from hipq.waiting import POSITION_CAP, Facts, verdict
 
+if TYPE_CHECKING:
+    from hipq.engine.facade import EngineLink
+
 YIELD_EVERY = 250  # jobs built between two yields to the event loop
 QUEUE_CACHE_SECONDS = 1.0  # how stale an enqueue may see a queue changed by another daemon
 
@@ -73,22 +76,15 @@ def new_job_id() -> str:
 
 class Hipq:
     def __init__(self, store: Store, *, clock: Clock | None = None,
-                 on_work: Callable[[], None] | None = None,
-                 on_enqueued: Callable[[str, int], None] | None = None,
-                 on_response: Callable[[], None] | None = None,
-                 on_written: Callable[[list[InboxRow]], None] | None = None,
-                 live_try: Callable[[str], tuple[str, int] | None] | None = None) -> None:
+                 engine: EngineLink | None = None,
+                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
         self.store = store
+        # the engine of this process, told of the work and the responses written here
+        # (it applies the inbox rows without reading them back, and knows the tries it
+        # holds); None: no engine runs here
+        self.engine = engine
         self.on_enqueued = on_enqueued  # (queue, jobs created): metrics
-        self.on_response = on_response  # a response was written to the inbox
-        # the inbox rows reported responses became, once committed (a daemon applies
-        # them without reading them back); on_response is then not called for them
-        self.on_written = on_written
         self.clock = clock or SystemClock()
-        self.on_work = on_work
-        # correlation key -> (token, attempt) of the running try that holds it, as a
-        # daemon in this process has it in memory (None: not known here)
-        self.live_try = live_try
         # queue settings for enqueues, read at most once per QUEUE_CACHE_SECONDS
         self._configs: dict[str, tuple[float, QueueConfig]] = {}
         # group commit: concurrent responses share one INSERT, concurrent callbacks
@@ -99,8 +95,8 @@ class Hipq:
     async def _insert_responses(self, responses: list[Response]) -> list[int | None]:
         now = self.clock.now()
         ids = await self.store.inbox_insert_many(responses, now=now)
-        if self.on_written is not None:
-            self.on_written(written_rows(responses, ids, now))
+        if self.engine is not None:
+            self.engine.responses_written(written_rows(responses, ids, now))
         return ids
 
     async def _lookup_keys(self, keys: list[str]) -> list[Job | None]:
@@ -108,8 +104,8 @@ class Hipq:
         return [found.get(key) for key in keys]
 
     def _wake(self) -> None:
-        if self.on_work is not None:
-            self.on_work()
+        if self.engine is not None:
+            self.engine.work_arrived()
 
     # -- queues ----------------------------------------------------------------
 
@@ -300,8 +296,8 @@ class Hipq:
                 [Response(correlation_key=job.correlation_key, attempt=job.attempt,
                           status=ResponseStatus.CANCELLED, retryable=False, source="cancel")],
                 now=now)
-            if self.on_response is not None:
-                self.on_response()
+            if self.engine is not None:
+                self.engine.responses_arrived()
             self._wake()
             return job
         raise ConflictError(f"job {job_id!r} is {job.status} and cannot be cancelled",
@@ -349,8 +345,6 @@ class Hipq:
                      result=response.result, error=response.error,
                      extend_seconds=response.seconds, source=source,
                      dedup_key=dedup_key, token=token))
-        if self.on_response is not None and self.on_written is None:
-            self.on_response()
         self._wake()
         return row_id
 
@@ -376,7 +370,7 @@ class Hipq:
         it goes to the inbox (a late one, for a try that already ended, is recorded
         on the job's history; an unknown key waits ``responses.buffer_seconds``).
         A repeat of the same final response is stored once (returns None)."""
-        if self.live_try is None or self.live_try(correlation_key) != (token, attempt):
+        if self.engine is None or self.engine.live_try(correlation_key) != (token, attempt):
             await self._check_callback(correlation_key, attempt, token)
         dedup = None if response.status == "running" else response_digest(
             correlation_key, response, attempt=attempt)
@@ -386,7 +380,7 @@ class Hipq:
     async def _check_callback(self, correlation_key: str, attempt: int, token: str) -> None:
         """Raise StaleResponse unless the callback is for the job that holds the key
         (or held it last) and for its latest try; the database's view. A try this
-        daemon holds in memory needs no such read (``live_try``)."""
+        daemon holds in memory needs no such read (:meth:`EngineLink.live_try`)."""
         job = await self._keys.submit(correlation_key)
         if job is None:
             past = await self.store.archived_by_attempt_keys([correlation_key])

@@ -240,7 +240,7 @@ async def _enqueue_direct(store: Store, settings: Settings, queue: str, job_id: 
     """Write the job to the database; on PostgreSQL wake the daemons (NOTIFY), which
     would otherwise see it at their next tick (docs/operations.md)."""
     outcome = await Hipq(store).enqueue(queue, job_id, request)
-    if store.dialect == "postgresql" and settings.database.notify:
+    if store.supports_notify and settings.database.notify:
         await wake_daemons(settings.database.url)
     return Enqueued(id=outcome.id, status=str(outcome.status))
 

@@ -13,13 +13,15 @@ one while it lives. It waits for a request, then runs a tick:
   tick would only add to every response's way); a tick that launched a full batch
   asks for the next at once (more is due);
 * :meth:`~TickDriver.due_in` runs one after a delay (a partner's pause ends then);
-  the earliest such request wins. It is a timer of the event loop, in real time
-  (a test's clock, moved by hand, must not move itself when it is waited on).
+  the earliest such request wins. It is the injected clock's timer
+  (:meth:`hipq.clock.Clock.call_later`: real seconds, even on a test's clock, which
+  must not move itself when it is waited on).
 
 Requests never pile up: any number of them before a tick starts make one tick.
 :meth:`~TickDriver.stop` lets the tick in progress finish (a tick cut short could
 leave jobs marked running that were never launched), then the task ends; a
-request after that does nothing. Waits use the injected clock.
+request after that does nothing. Every wait is on the injected clock. Who asks
+for what is :class:`hipq.engine.facade.Engine`'s business.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from hipq.clock import Clock
+from hipq.clock import Clock, Timer
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,8 @@ class TickDriver:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
-        self._timer: asyncio.Handle | None = None
-        self._timer_at = 0.0  # the loop time it fires at (uvloop's handles have no when())
+        self._timer: Timer | None = None
+        self._timer_at = 0.0  # when it fires, on the clock's monotonic scale
         self.running = False  # a tick is in progress
 
     def start(self) -> None:
@@ -66,18 +68,20 @@ class TickDriver:
         self._requested.set()
 
     def due_in(self, seconds: float) -> None:
-        """Run a tick in ``seconds`` (an event loop timer)."""
+        """Run a tick in ``seconds`` (the clock's timer)."""
         if self._stopping:
             return
-        loop = asyncio.get_running_loop()
-        now, timer = loop.time(), self._timer
-        at = now + max(seconds, 0.0)
-        if timer is not None and not timer.cancelled() and self._timer_at > now:
+        at = self._clock.monotonic() + max(seconds, 0.0)
+        if self._timer is not None:  # pending: the earlier one wins
             if self._timer_at <= at:
                 return
-            timer.cancel()
+            self._timer.cancel()
         self._timer_at = at
-        self._timer = loop.call_later(max(seconds, 0.0), self.due)
+        self._timer = self._clock.call_later(max(seconds, 0.0), self._fired)
+
+    def _fired(self) -> None:
+        self._timer = None
+        self.due()
 
     async def tick_now(self) -> None:
         """Ask for a tick and wait until one that started after this call ended."""

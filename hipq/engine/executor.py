@@ -90,7 +90,7 @@ class Executor:
     def __init__(self, store: Store, launcher: Launcher, *, vacuum_every: int) -> None:
         self._store = store
         self.launcher = launcher
-        self.vacuum = Vacuum(store.jobs_vacuum, every=vacuum_every)
+        self.vacuum = Vacuum(lambda: self._store.jobs_vacuum(), every=vacuum_every)
         self.pages_ahead = PagesAhead()
         self.archives = ArchivesInFlight()
         self._alone: dict[str, asyncio.Lock] = {}

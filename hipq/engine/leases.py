@@ -163,8 +163,8 @@ class Leases:
                 if q not in leases or leases[q][1] < now]
         if not free:
             return set()
-        got: set[str] = yield call("lease_acquire_many", queues=free[:want], owner=self.owner, now=now,
-                         seconds=self.lease_seconds)
+        got: set[str] = yield call("lease_acquire_many", queues=free[:want],
+                                   owner=self.owner, now=now, seconds=self.lease_seconds)
         self.held |= got
         return got
 

@@ -66,7 +66,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -81,6 +81,9 @@ from hipq.responses.correlation import TemplateError, response_key
 from hipq.store import InboxRow, Response, Store
 from hipq.store.records import written_rows
 from hipq.values import INT32_MAX, json_problem, text_problem
+
+if TYPE_CHECKING:
+    from hipq.engine.facade import EngineLink
 
 log = logging.getLogger(__name__)
 
@@ -316,14 +319,11 @@ class KafkaResponseConsumer:
     """Consumes ``kafka.response_topics`` into the inbox until :meth:`stop`."""
 
     def __init__(self, config: KafkaConfig, store: Store, *, clock: Clock | None = None,
-                 on_work: Callable[[], None] | None = None,
-                 on_written: Callable[[list[InboxRow]], None] | None = None,
-                 pause_file: str | None = None) -> None:
+                 engine: EngineLink | None = None, pause_file: str | None = None) -> None:
         self.config = config
         self.store = store
         self.clock = clock or SystemClock()
-        self.on_work = on_work
-        self.on_written = on_written  # the inbox rows a batch became, once committed
+        self.engine = engine  # told of the inbox rows a batch became, once committed
         self.stats = ConsumerStats()
         self.parser = ResponseParser(config.response_fields)
         self.assigned = asyncio.Event()  # set once the group gave us partitions
@@ -461,16 +461,16 @@ class KafkaResponseConsumer:
                         exc, delay, extra={"action": "kafka_inbox_error"})
             await self._wait(delay)
             return batches
-        if written and self.on_written is not None:
-            self.on_written(written)
+        if written and self.engine is not None:
+            self.engine.responses_written(written)
         fresh = sum(1 for i in ids if i is not None)
         self.stats.inserted += fresh
         self.stats.duplicates += len(ids) - fresh
         await self._pause_point(len(ids))
         await self._commit_behind(consumer, {tp: records[-1].offset + 1
                                              for tp, records in batches.items() if records})
-        if fresh and self.on_work is not None:
-            self.on_work()
+        if fresh and self.engine is not None:
+            self.engine.work_arrived()
         return None
 
     async def _insert(self, parsed: Sequence[tuple[Any, Response]]

@@ -23,7 +23,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -186,27 +185,12 @@ class DriverBase(abc.ABC):
                                       now: datetime) -> list[Job]:
         """See :meth:`hipq.store.base.Store.job_archive_queued_many`."""
 
+    @abc.abstractmethod
     async def job_archive_ran_many(self, *, queue: str, changes: Sequence[Change],
                                    owner: str, now: datetime,
                                    heartbeat_seconds: float | None) -> set[tuple[str, str]]:
-        """See :meth:`hipq.store.base.Store.job_archive_ran_many`. Here: the claim,
-        then step 3's archive (two transactions; a driver may do both in one)."""
-        if not changes:
-            return set()
-        claimed = {j.id: j for j in await self.job_mark_running_many(
-            queue=queue, ids=[c.id for c in changes], now=now, owner=owner,
-            heartbeat_seconds=heartbeat_seconds)}
-        # the launch happened (the try ran): confirmed, as the one statement records it
-        await self.job_confirm_launch_many(
-            keys=[(j.queue, j.id, j.attempt) for j in claimed.values()], owner=owner)
-        ends = []
-        for change in changes:
-            job = claimed.get(change.id)
-            if job is not None:  # the try as claimed (its attempt and key)
-                ends.append(replace(change, attempt=job.attempt,
-                                    correlation_key=job.correlation_key,
-                                    launched_at=job.launched_at))
-        return await self.persist_batch(changes=ends, owner=owner, now=now)
+        """See :meth:`hipq.store.base.Store.job_archive_ran_many`: each driver claims
+        and ends the tries in one statement or one transaction."""
 
     @abc.abstractmethod
     async def job_mark_running_many(self, *, queue: str, ids: Sequence[str], now: datetime,

@@ -15,6 +15,7 @@ import os
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -178,6 +179,15 @@ class SQLiteStore(SQLiteIntake):
                                     known: Mapping[str, Job] | None = None) -> list[Job]:
         if not ids:
             return []
+        async with self._tx() as conn:
+            return await self._claim(conn, queue=queue, ids=ids, now=now, owner=owner,
+                                     heartbeat_seconds=heartbeat_seconds,
+                                     rate_groups=rate_groups)
+
+    @staticmethod
+    async def _claim(conn: AsyncConnection, *, queue: str, ids: Sequence[str], now: datetime,
+                     owner: str, heartbeat_seconds: float | None,
+                     rate_groups: Mapping[str, str] | None) -> list[Job]:
         t = s.jobs
         seconds: Any = t.c.timeout_seconds
         if heartbeat_seconds is not None:
@@ -194,27 +204,49 @@ class SQLiteStore(SQLiteIntake):
                         correlation_key=sa.case((t.c.correlation_fixed == sa.true(),
                                                  t.c.correlation_key), else_=new_key))
                 .returning(*t.columns))
-        async with self._tx() as conn:
-            rows = (await conn.execute(stmt)).all()
-            events = [{"queue": queue, "group_key": rate_groups[r.id], "launched_at": now}
-                      for r in rows if rate_groups is not None and r.id in rate_groups]
-            if events:  # these launches count against the queue's rate limit
-                await conn.execute(s.launch_events.insert(), events)
+        rows = (await conn.execute(stmt)).all()
+        events = [{"queue": queue, "group_key": rate_groups[r.id], "launched_at": now}
+                  for r in rows if rate_groups is not None and r.id in rate_groups]
+        if events:  # these launches count against the queue's rate limit
+            await conn.execute(s.launch_events.insert(), events)
         by_id = {row.id: job_from_row(row._mapping) for row in rows}
         return [by_id[i] for i in ids if i in by_id]
+
+    async def job_archive_ran_many(self, *, queue: str, changes: Sequence[Change],
+                                   owner: str, now: datetime,
+                                   heartbeat_seconds: float | None) -> set[JobKey]:
+        """See :meth:`hipq.store.base.Store.job_archive_ran_many`. Here: the claim, the
+        launch confirmed (the try ran) and step 3's archive, in one transaction."""
+        if not changes:
+            return set()
+        async with self._tx() as conn:
+            claimed = {j.id: j for j in await self._claim(
+                conn, queue=queue, ids=[c.id for c in changes], now=now, owner=owner,
+                heartbeat_seconds=heartbeat_seconds, rate_groups=None)}
+            await self._confirm(conn, [(j.queue, j.id, j.attempt) for j in claimed.values()],
+                                owner)
+            ends = [replace(change, attempt=job.attempt, correlation_key=job.correlation_key,
+                            launched_at=job.launched_at)  # the try as claimed
+                    for change in changes if (job := claimed.get(change.id)) is not None]
+            return await self._persist(conn, ends, owner, now, ())
 
     async def job_confirm_launch_many(self, *, keys: Sequence[tuple[str, str, int]],
                                       owner: str) -> int:
         if not keys:
             return 0
+        async with self._tx() as conn:
+            return await self._confirm(conn, keys, owner)
+
+    @staticmethod
+    async def _confirm(conn: AsyncConnection, keys: Sequence[tuple[str, str, int]],
+                       owner: str) -> int:
         t = s.jobs
         confirmed = 0
-        async with self._tx() as conn:
-            for chunk in chunks(list(keys), INSERT_CHUNK):
-                result = await conn.execute(t.update().where(
-                    sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
-                    t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
-                confirmed += int(result.rowcount)
+        for chunk in chunks(list(keys), INSERT_CHUNK):
+            result = await conn.execute(t.update().where(
+                sa.tuple_(t.c.queue, t.c.id, t.c.attempt).in_(list(chunk)),
+                t.c.status == s.RUNNING, t.c.owner == owner).values(launch_confirmed=True))
+            confirmed += int(result.rowcount)
         return confirmed
 
     async def jobs_vacuum(self) -> bool:
@@ -257,16 +289,20 @@ class SQLiteStore(SQLiteIntake):
         if not changes and not inbox:
             return set()
         async with self._tx() as conn:
-            live = await self._live(conn, changes, owner)
-            applied = [c for c in changes if (c.queue, c.id, c.attempt) in live]
-            kinds = {kind: [c for c in applied if c.kind is kind] for kind in ChangeKind}
-            await self._apply_archives(conn, kinds[ChangeKind.ARCHIVE], owner, now)
-            await self._apply_requeues(conn, kinds[ChangeKind.REQUEUE], owner, now)
-            await self._apply_extends(conn, kinds[ChangeKind.EXTEND], owner, now)
-            await self._attempts_insert(conn, [*kinds[ChangeKind.ARCHIVE],
-                                               *kinds[ChangeKind.REQUEUE]], now)
-            marks = [(i, InboxOutcome.APPLIED) for c in applied for i in c.inbox_ids]
-            await self._inbox_mark(conn, [*marks, *inbox], now)
+            return await self._persist(conn, changes, owner, now, inbox)
+
+    async def _persist(self, conn: AsyncConnection, changes: Sequence[Change], owner: str,
+                       now: datetime, inbox: Sequence[tuple[int, InboxOutcome]]) -> set[JobKey]:
+        live = await self._live(conn, changes, owner)
+        applied = [c for c in changes if (c.queue, c.id, c.attempt) in live]
+        kinds = {kind: [c for c in applied if c.kind is kind] for kind in ChangeKind}
+        await self._apply_archives(conn, kinds[ChangeKind.ARCHIVE], owner, now)
+        await self._apply_requeues(conn, kinds[ChangeKind.REQUEUE], owner, now)
+        await self._apply_extends(conn, kinds[ChangeKind.EXTEND], owner, now)
+        await self._attempts_insert(conn, [*kinds[ChangeKind.ARCHIVE],
+                                           *kinds[ChangeKind.REQUEUE]], now)
+        marks = [(i, InboxOutcome.APPLIED) for c in applied for i in c.inbox_ids]
+        await self._inbox_mark(conn, [*marks, *inbox], now)
         return {(c.queue, c.id) for c in applied}
 
     @staticmethod

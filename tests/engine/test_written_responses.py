@@ -1,7 +1,7 @@
 """Responses this process wrote are applied without reading them back (issue 28).
 
 The service hands the inbox rows a batch of responses became to the reconciler once
-they are committed (``Hipq(on_written=...)``, wired by the daemon); step 0 applies
+they are committed (``Hipq(engine=...)``, wired by the daemon); step 0 applies
 them from memory, reads the inbox only when told other writers wrote (or once a
 second), and its cursor passes the rows handed over, so that read stays O(what
 arrived since)."""
@@ -21,15 +21,15 @@ from tests.engine.test_tick_cost import Recording
 
 
 def _wired(store: Store, clock: FakeClock, target: Any) -> tuple[Hipq, Reconciler, Recording]:
+    from hipq.config import ReconcileConfig
+    from hipq.engine.facade import Engine
     from hipq.targets import Targets
 
     recording = Recording(store)
-    reconciler = Reconciler(recording, clock=clock, owner="o1",  # type: ignore[arg-type]
-                            targets=Targets(memory={"t": target}))
-    reconciler.inbox.use_events()
-    hipq = Hipq(store, clock=clock, on_written=reconciler.inbox.wrote,
-                on_response=reconciler.inbox.arrived)
-    return hipq, reconciler, recording
+    engine = Engine(recording, clock=clock, owner="o1",  # type: ignore[arg-type]
+                    config=ReconcileConfig(), targets=Targets(memory={"t": target}))
+    hipq = Hipq(store, clock=clock, engine=engine)
+    return hipq, engine.reconciler, recording
 
 
 def _reads(recording: Recording) -> list[str]:

@@ -21,7 +21,8 @@ PURE_MODULES = (
     *sorted(f"hipq.throttling.{p.stem}" for p in (PACKAGE / "throttling").glob("*.py")
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
-    "hipq.engine.driver", "hipq.store.records", "hipq.store.base",
+    "hipq.engine.driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
+    "hipq.engine.inbox", "hipq.engine.partner", "hipq.store.records", "hipq.store.base",
 )
 MAX_LINES = 700
 
@@ -139,3 +140,87 @@ def test_only_the_store_factory_knows_the_database_kind() -> None:
     hits = [f"{p.relative_to(PACKAGE)}:{i}" for p in PACKAGE.rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if "is_postgres" in line]
     assert len(hits) <= 1, hits
+
+
+def _names_dialect(node: ast.expr) -> bool:
+    return ((isinstance(node, ast.Attribute) and node.attr == "dialect")
+            or (isinstance(node, ast.Name) and node.id == "dialect"))
+
+
+# a producer's own connection (docs/from-your-database.md), not the store
+DIALECT_ALLOWED = ("store/", "sql.py")
+
+
+def test_no_dialect_is_compared_outside_the_store() -> None:
+    """Outside ``hipq/store/`` the code asks the store what it can do
+    (``supports_*``), never which database it is (``.dialect == ...``)."""
+    hits = []
+    for path in PACKAGE.rglob("*.py"):
+        where = str(path.relative_to(PACKAGE))
+        if where.startswith(DIALECT_ALLOWED):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                    _names_dialect(side) for side in (node.left, *node.comparators)):
+                hits.append(f"{where}:{node.lineno}")
+    assert hits == []
+
+
+def _store_use(node: ast.AST) -> bool:
+    """``store.x``, ``self.store.x``, ``self._store.x`` or ``getattr(self._store, ...)``."""
+    def is_store(value: ast.expr) -> bool:
+        return ((isinstance(value, ast.Name) and value.id == "store")
+                or (isinstance(value, ast.Attribute) and value.attr in ("store", "_store")))
+
+    if isinstance(node, ast.Attribute):
+        return is_store(node.value)
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr" and bool(node.args) and is_store(node.args[0]))
+
+
+def test_at_most_two_engine_modules_call_the_store() -> None:
+    """The tick's plan asks; the executor awaits the store (and the launcher confirms
+    launches in the background): docs/internals.md, "The executor"."""
+    calling = sorted(path.name for path in (PACKAGE / "engine").glob("*.py")
+                     if any(_store_use(n) for n in ast.walk(ast.parse(path.read_text()))))
+    assert calling == ["executor.py", "launcher.py"]
+
+
+# the tick's plan and the parts it delegates to: generators, never coroutines
+PLAN_MODULES = ("plan", "selection", "fates", "claims", "inline", "requests", "decide",
+                "batch", "held", "inbox", "leases", "partner", "jobs_on_demand", "rates",
+                "result")
+
+
+@pytest.mark.parametrize("module", PLAN_MODULES)
+def test_the_plan_awaits_nothing(module: str) -> None:
+    tree = ast.parse((PACKAGE / "engine" / f"{module}.py").read_text())
+    awaits = [n.lineno for n in ast.walk(tree)
+              if isinstance(n, ast.Await | ast.AsyncFunctionDef | ast.AsyncWith | ast.AsyncFor)]
+    assert awaits == []
+
+
+def _time_source(node: ast.AST) -> str | None:
+    """A wait or a time read that does not come from the injected clock."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and (node.value.id, node.attr) in {("time", "monotonic"), ("time", "time"),
+                                               ("asyncio", "wait_for"), ("asyncio", "timeout")}):
+        return f"{node.value.id}.{node.attr}"
+    if isinstance(node, ast.Attribute) and node.attr in ("call_later", "call_at"):
+        owner = ast.unparse(node.value)
+        return None if "clock" in owner else f"{owner}.{node.attr}"
+    if (isinstance(node, ast.Call) and ast.unparse(node.func) == "asyncio.sleep"
+            and not (node.args and isinstance(node.args[0], ast.Constant)
+                     and node.args[0].value == 0)):
+        return "asyncio.sleep"
+    return None
+
+
+def test_the_engine_and_the_daemon_take_time_from_the_clock() -> None:
+    """Every wait and every duration of the engine and the daemon is the injected
+    clock's (``hipq/clock.py``): no other timer, no other time (a yield,
+    ``asyncio.sleep(0)``, is no wait)."""
+    paths = [*(PACKAGE / "engine").glob("*.py"), PACKAGE / "daemon.py"]
+    hits = [f"{p.relative_to(PACKAGE)}:{n.lineno}: {found}" for p in paths
+            for n in ast.walk(ast.parse(p.read_text())) if (found := _time_source(n))]
+    assert hits == []

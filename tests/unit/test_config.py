@@ -110,9 +110,13 @@ def test_retry_flat_options_are_collected() -> None:
 
 def test_early_wake_switch_makes_wake_a_no_op() -> None:
     from hipq.config import parse_settings
-    from hipq.daemon import Daemon
+    from hipq.engine.facade import Engine
+    from hipq.testing import FakeClock
 
     assert parse_settings({}).reconcile.early_wake is True
-    daemon = Daemon(parse_settings({"reconcile": {"early_wake": False}}))
-    daemon.wake()  # no event loop needed: it returns before asking for anything
-    assert not daemon._driver._requested.is_set()
+    settings = parse_settings({"reconcile": {"early_wake": False}})
+    engine = Engine(None, clock=FakeClock(), owner="o1",  # type: ignore[arg-type]
+                    config=settings.reconcile)
+    engine.wake()  # no event loop needed: it returns before asking for anything
+    engine.work_arrived()
+    assert not engine._driver._requested.is_set()

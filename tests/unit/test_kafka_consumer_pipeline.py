@@ -100,13 +100,23 @@ class _Store:
         return ids
 
 
+class _Written:
+    """An engine that keeps the inbox rows it is told were written."""
+
+    def __init__(self, rows: list[InboxRow]) -> None:
+        self.responses_written = rows.extend
+
+    def work_arrived(self) -> None:
+        pass
+
+
 async def _consume_all(failing: set[int], written: list[InboxRow] | None = None
                        ) -> tuple[_Store, _Consumer]:
     store, fake = _Store(failing), _Consumer()
     config = KafkaConfig(bootstrap_servers="127.0.0.1:1", response_topics=[TOPIC],
                          max_poll_records=10, reconnect_backoff_seconds=0.001)
     consumer = KafkaResponseConsumer(  # type: ignore[arg-type]
-        config, store, on_written=None if written is None else written.extend)
+        config, store, engine=None if written is None else _Written(written))
     task = asyncio.create_task(consumer._consume(fake))  # type: ignore[arg-type]
     for _ in range(2000):
         if len(store.inbox) == 2 * PER_PARTITION and fake.commits and all(
