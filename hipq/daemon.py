@@ -328,7 +328,8 @@ class Daemon:
         return await self._ingest()
 
     async def _ingest(self) -> bool:
-        """The intake's rows of the owned queues become jobs (SPEC 16), when a
+        """The intake's rows of the owned queues become jobs
+        (docs/from-your-database.md), when a
         notification, the SQLite watcher or the periodic tick said to look."""
         if not self._intake_due:
             return False

@@ -139,7 +139,7 @@ class Hipq:
         return await self.store.queue_list()
 
     async def set_paused(self, queue: str, paused: bool) -> QueueRecord:
-        """Pause or resume a queue; a resume also ends its partner's pauses (SPEC 15:
+        """Pause or resume a queue; a resume also ends its partner's pauses (docs/throttling.md:
         cleared first, then the record is touched, so its owner reloads them)."""
         if not paused:
             await self.store.backoff_clear(queue=queue)
@@ -235,7 +235,8 @@ class Hipq:
         return job
 
     async def _from_intake(self, queue: str, job_id: str) -> Job | None:
-        """A job enqueued from SQL and not ingested yet (SPEC 16), as its row says."""
+        """A job enqueued from SQL and not ingested yet (docs/from-your-database.md), as
+        its row says."""
         from hipq.intake import request_of  # the intake module builds on this one
 
         row = await self.store.intake_find(queue, job_id)
@@ -252,7 +253,7 @@ class Hipq:
             return None
 
     async def waiting(self, job: Job) -> dict[str, Any] | None:
-        """Why a queued job waits, as the database says now (SPEC 15; the reasons in
+        """Why a queued job waits, as the database says now (docs/throttling.md; the reasons in
         :mod:`hipq.waiting`): ``{"reason", "detail", "until"}``; None for a job that
         is not queued."""
         if job.status is not JobState.QUEUED:

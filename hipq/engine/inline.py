@@ -28,7 +28,7 @@ it queued: it runs again as the same attempt, and the crash spends no attempt (a
 try claimed first would end as ``lost`` and count), so a job that kills the
 daemon every time it runs is never given up. ``at_most_once`` queues never run in
 their tick, nor queues whose launches must be counted or watched as they happen
-(a rate limit, merging by ordering key, the partner's word: SPEC 15).
+(a rate limit, merging by ordering key, the partner's word: docs/throttling.md).
 """
 
 from __future__ import annotations

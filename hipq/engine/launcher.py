@@ -71,7 +71,7 @@ class Launcher:
         self.on_answered = on_answered  # each launch, when its send finished
         self.concurrency = concurrency  # per target
         # per target: the jobs to send, and the workers sending them (a slow or hung
-        # target holds its own workers only: SPEC 6, nobody blocks another job's launch)
+        # target holds its own workers only: nobody blocks another job's launch)
         self._pending: dict[Target, deque[Job]] = {}
         self._dispatch: dict[Target, Any] = {}  # target -> its dispatch method, or None
         self._workers: dict[Target, int] = {}
@@ -327,7 +327,7 @@ async def launch_one(target: Target, job: Job) -> LaunchResult:
 def launch_result(job: Job, outcome: object) -> LaunchResult:
     """What a target answered, as the try's launch result. An answer no store can
     hold (a Python function's result or error with a set, bytes, a datetime, NaN,
-    a NUL character...: SPEC 4, an error in a plugin) fails the try, not
+    a NUL character...: docs/configuration.md, an error in a plugin) fails the try, not
     retryable, since running it again would hand back the same; without this check
     the tick's one transaction would fail at every tick, for every job."""
     if isinstance(outcome, Completed):

@@ -1,4 +1,4 @@
-"""The partner's word (SPEC 15): what the owner of a queue learned from the partner
+"""The partner's word (docs/throttling.md): what the owner of a queue learned from the partner
 it launches to, kept in memory for the tick and in the database for every daemon.
 
 Per held queue:
@@ -45,7 +45,7 @@ MAX_SCOPES = 10_000  # pauses kept per queue (group scopes): the oldest passed o
 
 def effective_limit(concurrency: int | None, adaptive_min: int | None,
                     learned: float | None) -> int | None:
-    """The concurrency in force (SPEC 15): the adaptive limit ``learned`` in whole
+    """The concurrency in force (docs/throttling.md): the adaptive limit ``learned`` in whole
     units, kept between ``adaptive_min`` and ``concurrency``; the configured
     ``concurrency`` when the queue does not adapt (``adaptive_min`` None) or nothing
     was learned yet. Pure: the API and the metrics show what the owner enforces."""

@@ -380,7 +380,7 @@ class Store(Protocol):
 
     # -- stats and housekeeping --------------------------------------------------------
 
-    # -- the intake: enqueue from SQL (SPEC 16) --------------------------------------------
+    # -- the intake: enqueue from SQL (docs/from-your-database.md) --------------------------
 
     async def intake_pending(self, *, queues: Sequence[str], limit: int,
                              after: int = 0) -> list[IntakeRow]:
@@ -410,7 +410,7 @@ class Store(Protocol):
     async def intake_last_id(self) -> int:
         """The largest intake row id so far (0: none): a cheap sign of new rows."""
 
-    # -- the partner's word (SPEC 15) ----------------------------------------------------
+    # -- the partner's word (docs/throttling.md) -------------------------------------------
 
     async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
         """The partners' pauses of these queues (None: of every queue), including
@@ -429,7 +429,7 @@ class Store(Protocol):
     async def queue_state_save(self, states: Sequence[QueueState]) -> None:
         """Write these queue states (each whole), in one transaction."""
 
-    # -- why a job waits (SPEC 15) ------------------------------------------------------
+    # -- why a job waits (docs/throttling.md) ----------------------------------------------
 
     async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
                            key_mode: str = "strict") -> JobStanding:

@@ -564,7 +564,7 @@ class SQLiteStore(SQLiteIntake):
         async with self._tx() as conn:
             await conn.execute(s.daemons.delete().where(s.daemons.c.owner == owner))
 
-    # -- the partner's word (SPEC 15) ----------------------------------------------------
+    # -- the partner's word (docs/throttling.md) -------------------------------------------
 
     async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
         t = s.queue_backoffs
