@@ -1,5 +1,5 @@
 """``job_fetch_due_after``: the page after a page of an in-tick queue ran
-(hipq.engine.prefetch). On PostgreSQL it reads from the job after the last one that
+(the executor's read-ahead, hipq.engine.executor). On PostgreSQL it reads from the job after the last one that
 ran, and gives None (read from the start) when a queued job that did not run comes
 up to that one; SQLite always gives None (it reads no page ahead)."""
 

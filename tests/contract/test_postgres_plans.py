@@ -182,7 +182,7 @@ async def test_a_page_reads_its_index_from_the_previous_page_on(
         assert "Index Cond" in scan, json.dumps(plan, indent=1)
 
 
-AFTER = [  # a page read ahead of an in-tick queue (hipq.engine.prefetch): from the last
+AFTER = [  # a page read ahead of an in-tick queue (hipq.engine.executor): from the last
     # job that ran on, and the ids up to it
     ("due_priority", "ix_jobs_due_priority"), ("due_time", "ix_jobs_due_time"),
     ("due_head_priority", "ix_jobs_due_priority"), ("due_head_time", "ix_jobs_due_time"),

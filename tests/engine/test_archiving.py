@@ -1,4 +1,4 @@
-"""In-tick archives written while the next tick runs (hipq.engine.archiving): under
+"""In-tick archives written while the next tick runs (the executor's archives written behind, hipq.engine.executor): under
 a backlog on PostgreSQL a tick leaves its archive statements running and the next
 one collects them. Nothing runs twice while an archive is in flight, the counts
 arrive one tick later, a failed archive loses nothing, and a stopping daemon
