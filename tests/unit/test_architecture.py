@@ -22,6 +22,7 @@ PURE_MODULES = (
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
     "hipq.engine.driver", "hipq.store.records", "hipq.store.base",
+    "hipq.partners", "hipq.partners.headers", "hipq.partners.buckets", "hipq.partners.learning",
 )
 MAX_LINES = 700
 
