@@ -85,7 +85,7 @@ async def outcome(reader: Reader) -> dict[str, Any]:
 
 async def run(*, database: str, limit: str, queues: int, daemons: int, kill_one: bool,
               jobs: int, workdir: Path, within: float = 300.0) -> dict[str, Any]:
-    workdir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     name = f"nginx_{limit}_{queues}q"
     db_name = f"bench_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     if database == "sqlite":
