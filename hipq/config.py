@@ -453,6 +453,9 @@ class KafkaConfig(_Strict):
     fetch_max_wait_ms: int = Field(default=500, ge=0, le=60000)
     fetch_max_wait_busy_ms: int = Field(default=10, ge=0, le=60000)
     response_fields: KafkaResponseFields = Field(default_factory=KafkaResponseFields)
+    # a response must carry its launch's Hipq-Signature, else it is dropped as forged
+    # (docs/kafka.md, "Signed responses")
+    require_signed_responses: bool = False
     client_options: dict[str, Any] = Field(default_factory=dict)
 
 

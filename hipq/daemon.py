@@ -172,7 +172,8 @@ class Daemon:
             self._stack.push_async_callback(producer.close)
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
                                              on_work=self._work_arrived,
-                                             on_written=self._responses_written)
+                                             on_written=self._responses_written,
+                                             signer=signer)
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,

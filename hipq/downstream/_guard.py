@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping, Sequence
+from unicodedata import normalize
 from urllib.parse import unquote
 
 from yarl import URL
@@ -71,12 +72,13 @@ class Origins:
 
 def one_segment(raw: str) -> bool:
     """Whether ``raw`` (a percent-encoded path segment) is one segment however often
-    it is decoded: no piece between separators empty, ``.`` or ``..``."""
+    it is decoded: no piece between separators empty, ``.`` or ``..``, also once
+    full-width forms are folded (NFKC, as some servers do: U+FF0E is a dot)."""
     if "/" in raw:
         return False
     text = raw
     while True:
-        for piece in _SEPARATORS.split(text):
+        for piece in _SEPARATORS.split(text) + _SEPARATORS.split(normalize("NFKC", text)):
             if not piece or piece.split(";", 1)[0] in (".", ".."):
                 return False
         decoded = unquote(text)

@@ -32,6 +32,11 @@ _PLAIN_OR_COLON = re.compile(r"[A-Za-z0-9_.~:-]*").fullmatch
 
 
 _BLOCK = 64  # SHA-256's block size (RFC 2104's B)
+# what a Kafka response signature covers first (docs/kafka.md, "Signed responses"): a
+# callback URL's signature covers "<attempt>\n<token>\n<key>", and no attempt is
+# written "hipq/...", so neither signature is ever the other
+RESPONSE_LABEL = b"hipq/kafka-response/v1\n"
+MAX_ATTEMPT_DIGITS = 10  # an attempt is at most 2^31-1
 
 
 class Signer:
@@ -63,6 +68,32 @@ class Signer:
     def verify(self, correlation_key: str, attempt: int, token: str, signature: str) -> bool:
         expected = self.sign(correlation_key, attempt, token)
         return hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace"))
+
+    def response_signature(self, correlation_key: str, attempt: int, token: str) -> str:
+        """The ``Hipq-Signature`` of a Kafka launch, which its response carries back:
+        ``<attempt>.<token>.<mac>``, ``mac`` the HMAC-SHA256 (hex) of RESPONSE_LABEL,
+        the attempt, the job's token and the key. It names one try of one job, like
+        the callback URL's ``sig``, and is never that ``sig``."""
+        inner = self._inner.copy()
+        inner.update(RESPONSE_LABEL + f"{attempt}\n{token}\n{correlation_key}".encode())
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return f"{attempt}.{token}.{outer.hexdigest()}"
+
+    def signed_try(self, correlation_key: str, signature: str) -> tuple[int, str] | None:
+        """(attempt, token) of the try ``signature`` was issued for, when it is this
+        key's :meth:`response_signature` for ``correlation_key`` (checked in constant
+        time, written exactly so); None for anything else."""
+        attempt, _, rest = signature.partition(".")
+        token, _, _ = rest.rpartition(".")
+        if not (token and 0 < len(attempt) <= MAX_ATTEMPT_DIGITS and attempt.isascii()
+                and attempt.isdigit()):
+            return None
+        expected = self.response_signature(correlation_key, int(attempt), token)
+        if not hmac.compare_digest(expected.encode("utf-8", "replace"),
+                                   signature.encode("utf-8", "replace")):
+            return None
+        return int(attempt), token
 
     def callback_url(self, public_url: str, correlation_key: str, attempt: int,
                      token: str) -> str:

@@ -145,6 +145,7 @@ def test_only_the_signed_response_route_of_a_base_passes() -> None:
                 f"http://h:1/v1/responses/a:b:c{sig}", f"http://h:1/v1/responses/~tok.2{sig}",
                 f"http://h:1/v1/responses/a%2Fb%20c{sig}",  # a key with a slash, as signed
                 f"http://h:1/v1/responses/a..b{sig}", f"http://h:1/v1/responses/...{sig}",
+                f"http://h:1/v1/responses/%C3%A9t%C3%A9{sig}", f"http://h:1/v1/responses/a;b{sig}",
                 f"https://gw.example/hipq/v1/responses/k{sig}",
                 "https://gw.example:443/hipq/v1/responses/k?sig=x"):
         assert origins.target(url) is not None, url
@@ -158,6 +159,8 @@ def test_only_the_signed_response_route_of_a_base_passes() -> None:
                 f"http://h:1/v1/responses/a%5C..%5Cb{sig}", f"http://h:1/v1/responses/.;x{sig}",
                 f"http://h:1/v1/responses/..;x{sig}", f"http://h:1/v1/responses/a%2F..;{sig}",
                 f"http://h:1/v1/responses/a%252F..{sig}",  # decoded twice by a proxy pair
+                f"http://h:1/v1/responses/%EF%BC%8E%EF%BC%8E{sig}",  # full-width ..
+                f"http://h:1/v1/responses/a%EF%BC%8F..{sig}",  # a full-width slash
                 "http://h:1/v1/responses/k?attempt=1&t=x", "http://h:1/v1/responses/k?sig",
                 f"http://h:1/v1/responses/k{sig}#x", "http://h:1/v1/responses/k#?sig=x"):
         assert origins.target(url) is None, url
