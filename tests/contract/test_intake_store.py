@@ -5,17 +5,29 @@ nobody knows, once old enough."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from hipq import sql
+from hipq.clock import SystemClock
 from hipq.store import Store
+from hipq.store.memory import MemoryStore
 from hipq.testing import FakeClock
 
 
-async def _fill(store: Store) -> None:
+async def produce(store: Store, queue: str, jobs: list[dict[str, Any]]) -> None:
+    """Rows into the intake as a producer's committed transaction writes them: through
+    hipq.sql on a database; the store in memory has its own door for them."""
+    if isinstance(store, MemoryStore):
+        store.intake_add(queue, jobs, now=SystemClock().now())
+        return
     async with store.engine.begin() as conn:  # type: ignore[attr-defined]
-        for n in range(4):
-            for queue in ("a", "b", "c"):
-                await sql.enqueue(conn, queue, f"{queue}{n}", {"n": n})
+        await sql.enqueue_many(conn, queue, jobs)
+
+
+async def _fill(store: Store) -> None:
+    for n in range(4):
+        for queue in ("a", "b", "c"):
+            await produce(store, queue, [{"id": f"{queue}{n}", "data": {"n": n}}])
 
 
 async def test_pending_rows_of_several_queues_come_in_id_order_and_page(store: Store) -> None:

@@ -28,6 +28,8 @@ from hipq.bodies import EnqueueRequest
 from hipq.store import schema as s
 from hipq.store.notify import CHANNEL, INTAKE
 
+pytestmark = pytest.mark.sql_only  # hipq.sql writes into a database
+
 Q = "emails"
 PG_KINDS = ["sa_connection", "sa_session", "sa_async_connection", "sa_async_session",
             "asyncpg", "psycopg", "psycopg_async"]

@@ -726,6 +726,19 @@ async def test_late_responses_are_bounded_per_try(store: Store, clock: FakeClock
     assert kept == list(range(10))  # the first ones, in order
 
 
+async def test_late_responses_recorded_at_once_on_one_store_stay_bounded(
+        store: Store, clock: FakeClock) -> None:
+    """Calls of one store recording late responses for the same try at the same time
+    (on several pooled connections, where the driver has them) record at most 10."""
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
+    rows = await _late_rows(store, clock, "~tok-j1.1", 1, 24)
+    await asyncio.gather(*(store.attempt_record_late_many([(Q, "j1", row)], now=clock.now())
+                           for row in rows))
+    assert _late_by_try(await store.job_attempts(Q, "j1")) == {1: 10}
+
+
+@pytest.mark.sql_only  # a second store on the same database
 async def test_late_responses_recorded_at_once_stay_bounded(store: Store,
                                                             clock: FakeClock) -> None:
     """Two processes recording late responses for the same try at the same time
@@ -1082,6 +1095,7 @@ async def test_concurrent_claims_never_share_a_job(store: Store, clock: FakeCloc
     assert {j.attempt for j in running} == {1}
 
 
+@pytest.mark.sql_only  # a database's connections
 async def test_recovers_when_the_database_drops_its_connections(store: Store,
                                                                 clock: FakeClock) -> None:
     """A database restart kills every pooled connection: a transaction may fail once

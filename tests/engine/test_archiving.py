@@ -101,8 +101,8 @@ async def test_a_failed_archive_leaves_its_jobs_queued_to_run_again(
     for _ in range(6):
         try:
             results.append(await tick(reconciler))
-        except TransientStoreError:  # SQLite: the tick that awaited it fails, as ever
-            assert store.dialect == "sqlite"
+        except TransientStoreError:  # SQLite, memory: the tick that awaited it fails
+            assert store.dialect != "postgresql"
             await reconciler.drain()
     for i in range(6):
         assert (await job(hipq, f"j{i:02d}")).status is JobState.SUCCEEDED
