@@ -38,7 +38,14 @@ from hipq.store import pg_pool
 from hipq.store import versions as s
 from hipq.store.driver import VERSION_KEY, JobKey, QueueCounts
 from hipq.store.due import RELAXED, DueShape
-from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
+from hipq.store.history import (
+    LATE,
+    entry_of,
+    history_of,
+    late_values,
+    try_of,
+    within_late_bound,
+)
 from hipq.store.listing import listed_response
 from hipq.store.pg_connections import PgConnections
 from hipq.store.pg_persist import ends_parts, marks_of, persist_calls
@@ -59,7 +66,6 @@ from hipq.store.records import (
 )
 from hipq.store.rows import (
     NO_BOUND,
-    attempt_of,
     chunks,
     inbox_ids_in_order,
     inbox_page,
@@ -296,8 +302,8 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
         return job
 
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
-        return [attempt_of(r) for r in await self._fetch("job_attempts", queue=queue,
-                                                          job_id=job_id)]
+        return [entry_of(r) for r in await self._fetch("job_attempts", queue=queue,
+                                                        job_id=job_id)]
 
     async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
         async with self._driver() as db:

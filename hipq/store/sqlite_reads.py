@@ -18,7 +18,7 @@ from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import schema as s
 from hipq.store.common import VERSION_KEY, JobKey, QueueCounts, StoreBase
 from hipq.store.due import RELAXED, DueShape
-from hipq.store.history import history_of
+from hipq.store.history import entry_of, history_of
 from hipq.store.listing import VALUES, listed_response
 from hipq.store.records import (
     InboxPage,
@@ -31,7 +31,6 @@ from hipq.store.records import (
 from hipq.store.rows import (
     INSERT_CHUNK,
     NO_BOUND,
-    attempt_of,
     chunks,
     inbox_page,
     inbox_row,
@@ -86,7 +85,7 @@ class SQLiteReads(StoreBase):
         async with self._tx() as conn:
             rows = await conn.execute(sa.select(t).where(t.c.queue == queue, t.c.job_id == job_id)
                                       .order_by(t.c.attempt, t.c.id))
-            return [attempt_of(r._mapping) for r in rows]
+            return [entry_of(r._mapping) for r in rows]
 
     async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
         t = s.job_attempts
