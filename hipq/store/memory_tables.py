@@ -18,6 +18,7 @@ from typing import Any
 
 from hipq.jobs import Attempt, Job, JobState, json_copy
 from hipq.store.driver import DriverBase, JobKey
+from hipq.store.history import entry_error
 from hipq.store.records import (
     Backoff,
     Change,
@@ -56,7 +57,7 @@ class TryRow:
     def entry(self, *, response: bool = True) -> Attempt:
         return Attempt(attempt=self.attempt, launched_at=self.launched_at,
                        finished_at=self.finished_at, outcome=self.outcome,
-                       error=copied(self.error),
+                       error=entry_error(copied(self.error)),
                        response=copied(self.response) if response else None)
 
 
