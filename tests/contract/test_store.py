@@ -1071,6 +1071,23 @@ async def test_ping(store: Store) -> None:
 # -- PostgreSQL row locks ------------------------------------------------------------------
 
 
+async def test_claims_at_once_on_one_store_never_share_a_job(store: Store,
+                                                              clock: FakeClock) -> None:
+    """Claims of one store at the same time (on several pooled connections, where the
+    driver has them; one at a time otherwise) claim each job once."""
+    ids = [f"j{i:03d}" for i in range(60)]
+    await insert(store, *(make_job(clock, i) for i in ids))
+    claims = await asyncio.gather(*(
+        store.job_mark_running_many(queue=Q, ids=ids[n % 3::2], now=clock.now(),
+                                    owner=f"o{n}", heartbeat_seconds=None)
+        for n in range(6)))
+    claimed = [j.id for jobs in claims for j in jobs]
+    assert sorted(claimed) == ids  # each once
+    running = await store.job_load_running(queue=Q)
+    assert {j.id: j.owner for j in running} == {
+        j.id: j.owner for jobs in claims for j in jobs}
+
+
 async def test_concurrent_claims_never_share_a_job(store: Store, clock: FakeClock) -> None:
     if not store.supports_row_locks:
         pytest.skip("a single writer: claims cannot race")
