@@ -247,13 +247,18 @@ class RateLimit(_Strict):
 class Backoff(_Strict):
     """How a queue obeys its partner's "not now" (SPEC 15): the scope a throttled
     try pauses (the whole ``queue``, or the ``group`` of jobs sharing the value at
-    ``field``), the back-off when the partner gives no time, and how many throttled
-    tries of one job in a row are given back before one counts as failed."""
+    ``field``), the back-off when the partner gives no time, the longest pause a
+    time the partner gives may cause, and how many throttled tries of one job in a
+    row are given back before one counts as failed."""
 
     scope: Literal["queue", "group"] = "queue"
     field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
     initial_seconds: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
     max_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    max_partner_seconds: float = Field(
+        default=3600.0, gt=0, le=MAX_SECONDS,
+        description="the longest pause a time the partner gives (Retry-After, a "
+                    "rate-limit reset, retry_after_seconds) may cause")
     max_throttled: int = Field(default=50, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
@@ -359,6 +364,7 @@ class QueueConfig(_Strict):
             backoff=BackoffSpec(scope=self.backoff.scope, field=self.backoff.field,
                                 initial_seconds=self.backoff.initial_seconds,
                                 max_seconds=self.backoff.max_seconds,
+                                max_partner_seconds=self.backoff.max_partner_seconds,
                                 max_throttled=self.backoff.max_throttled),
             adaptive=None if self.adaptive is None else AdaptiveSpec(
                 min=self.adaptive.min, increase_every=self.adaptive.increase_every,

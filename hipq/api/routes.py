@@ -101,7 +101,8 @@ ROUTES: tuple[Route, ...] = (
           "at the owner's next tick)", answers={200: JobOut, 202: JobOut}),
     Route(method="POST", path="/v1/jobs/{queue}/{id}", handler=h.report_status, role=P,
           tags=("responses",), summary="Status callback for the running attempt "
-          "(stale attempt: 409)", body=ResponseRequest, answers={202: AcceptedOut}),
+          "(stale attempt: 409; a throttled status gives the try back and pauses nothing)",
+          body=ResponseRequest, answers={202: AcceptedOut}),
     Route(method="POST", path="/v1/jobs/{queue}/{id}/replay", handler=h.replay_job, role=P,
           tags=("jobs",), summary="Replay a finished job as a new job",
           answers={201: JobOut}),

@@ -57,10 +57,13 @@ from hipq.engine.decide import (
     change_for,
     drop_ends,
     held_reasons,
+    may_pause,
+    may_slow_down,
     outcome_from_launch,
     outcome_timeout,
     plan_fetch,
     sift_decision,
+    throttled_in_a_row,
     unique_jobs,
 )
 from hipq.engine.held import HeldTry
@@ -468,7 +471,8 @@ class Reconciler:
                        now: datetime) -> datetime | None:
         """What an ended try tells of the partner (SPEC 15): a success may end its
         scope's streak and grows the adaptive limit; a timeout lowers it; a throttled
-        try pauses its scope (returns when the pause ends)."""
+        try pauses its scope (returns when the pause ends), or, reported by a
+        producer rather than the partner, only its own job waits (returns until when)."""
         outcome = held.outcome
         if spec is None or outcome is None or held.queue not in self.held:
             return None
@@ -481,12 +485,16 @@ class Reconciler:
         if error is None:
             return None
         if error.kind == ErrorKind.TIMEOUT:
-            partner.slow_down(spec, held.launched_at, now)
+            if may_slow_down(error):  # not a producer's "failed" of kind timeout
+                partner.slow_down(spec, held.launched_at, now)
             return None
         if error.kind != ErrorKind.THROTTLED:
             return None
-        scope = held.scope if held.job is None else self._scope(spec, held.job)
         data = error.data if isinstance(error.data, dict) else {}
+        if not may_pause(error):  # a producer's word: its own try only (docs/throttling.md)
+            return partner.given_back(spec, data.get("retry_after"),
+                                      throttled_in_a_row(held.job) + 1, now)
+        scope = held.scope if held.job is None else self._scope(spec, held.job)
         return partner.throttled(spec, scope, held.launched_at, data.get("retry_after"),
                                  error.detail or "throttled", now)
 
