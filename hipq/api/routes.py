@@ -25,6 +25,7 @@ from hipq.api.models import (
     CallbackQuery,
     ErrorOut,
     HealthOut,
+    HealthQuery,
     JobOut,
     QueueList,
     QueueOut,
@@ -60,7 +61,8 @@ R, P, A = Role.READER, Role.PRODUCER, Role.ADMIN
 
 ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/healthz", handler=h.healthz, role=None, tags=("operations",),
-          summary="Liveness and database check", answers={200: HealthOut}),
+          summary="Liveness and database check; with ?nonce=, the daemon's proof that it "
+          "holds the database's signing key", query=HealthQuery, answers={200: HealthOut}),
     Route(method="GET", path="/", handler=dashboard.dashboard, role=None, tags=("operations",),
           summary="The dashboard page (its data needs a token)", answers={200: "text/html"}),
     Route(method="GET", path="/dashboard/app.js", handler=dashboard.script, role=None,
