@@ -153,6 +153,8 @@ class Daemon:
             await store.migrate()
         else:
             await store.check_schema()
+        # what hipq_enqueue() refuses past (docs/from-your-database.md, "Limits")
+        await store.intake_limit_set(self.settings.api.max_body_bytes)
         service = Hipq(store, clock=self.clock, on_work=self._work_arrived,
                        on_enqueued=self.metrics.enqueued_jobs,
                        on_response=self._responses_arrived,
@@ -186,7 +188,9 @@ class Daemon:
             targets=Targets(memory=self.memory_targets, http=http, kafka=producer))
         reconciler.inbox.use_events()  # every writer of responses below says so
         return _Opened(store=store, service=service, reconciler=reconciler,
-                       intake=Intake(service, store, self.clock), http=http, api=api,
+                       intake=Intake(service, store, self.clock,
+                                     max_bytes=self.settings.api.max_body_bytes),
+                       http=http, api=api,
                        kafka_consumer=consumer)
 
     async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -293,7 +297,8 @@ class Daemon:
     async def _start_notifier(self) -> None:
         if not self.settings.database.notify or self.store.dialect != "postgresql":
             return
-        self.notifier = Notifier(self.settings.database.url, on_notify=self._notified)
+        self.notifier = Notifier(self.settings.database.url, on_notify=self._notified,
+                                 clock=self.clock)
         self.notifier.start()
         self._stack.push_async_callback(self._stop_notifier)
         await self.notifier.wait_connected(5.0)
@@ -418,6 +423,10 @@ class Daemon:
             pruned = PRUNE_BATCH
             while pruned == PRUNE_BATCH:  # small batches: no long transaction, no lock pile-up
                 pruned = await self.store.archive_prune(before=before, limit=PRUNE_BATCH)
+            pruned = PRUNE_BATCH
+            while pruned == PRUNE_BATCH:  # rejected intake rows (docs/from-your-database.md)
+                pruned = await self.store.intake_prune(before=before, now=self.clock.now(),
+                                                       limit=PRUNE_BATCH)
         except HipqError as exc:
             log.warning("archive pruning failed: %s", exc, extra={"action": "prune_error"})
 

@@ -247,7 +247,7 @@ class Hipq:
             return None
         _, item = request_of(row)
         record = await self.store.queue_get(queue)
-        if item is None or record is None:
+        if item is None or record is None or row.enqueued_at is None:
             return None  # it will be rejected: GET /v1/intake?status=rejected
         try:
             return build_job(record.config, item[0], item[1], row.enqueued_at, token="",

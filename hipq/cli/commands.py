@@ -139,6 +139,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 async def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     async def done(store: Store) -> int:
+        await store.intake_limit_set(settings.api.max_body_bytes)  # hipq_enqueue()'s limit
         service = Hipq(store)
         for queue in settings.queues:
             await service.create_queue(queue)

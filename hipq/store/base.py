@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hipq.jobs import Attempt, Job, Ordering
 from hipq.store.records import (
+    INTAKE_MAX_BYTES,
+    INTAKE_READ_BYTES,
+    INTAKE_VALUE_CHARS,
     Backoff,
     Change,
     InboxOutcome,
@@ -371,14 +374,19 @@ class Store(Protocol):
 
     # -- the intake: enqueue from SQL (SPEC 16) --------------------------------------------
 
-    async def intake_pending(self, *, queues: Sequence[str], limit: int,
-                             after: int = 0) -> list[IntakeRow]:
+    async def intake_pending(self, *, queues: Sequence[str], limit: int, after: int = 0,
+                             max_bytes: int = INTAKE_MAX_BYTES,
+                             budget: int = INTAKE_READ_BYTES) -> list[IntakeRow]:
         """At most ``limit`` pending intake rows of these queues with ids above
-        ``after``, oldest first."""
+        ``after``, oldest first, measured before they are read: those that start
+        under ``budget`` bytes of data and fields (so at most ``budget`` and one
+        row); a row over ``max_bytes`` comes without its data and fields, and a row
+        the store cannot read with why (``problem``)."""
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:
-        """Pending rows enqueued before ``before`` for queues not in ``known``."""
+        """Pending rows enqueued before ``before`` for queues not in ``known``
+        (without their values: they are rejected as such)."""
 
     async def intake_done(self, *, ingested: Sequence[int], rejected: Mapping[int, str],
                           now: datetime) -> None:
@@ -386,12 +394,24 @@ class Store(Protocol):
         transaction, only rows still pending."""
 
     async def intake_find(self, queue: str, job_id: str) -> IntakeRow | None:
-        """The oldest pending row that will make this job, if any."""
+        """The oldest pending row that will make this job, if any, read as
+        :meth:`intake_pending` reads it with the stored limit (:meth:`intake_limit_set`)."""
 
     async def intake_rejected_page(self, *, limit: int, queue: str | None = None,
-                                   after: tuple[datetime, int] | None = None
-                                   ) -> list[IntakeRow]:
-        """Rejected rows, newest first by (rejected_at, id), after a page's last key."""
+                                   after: tuple[datetime, int] | None = None,
+                                   value_chars: int = INTAKE_VALUE_CHARS) -> list[IntakeRow]:
+        """Rejected rows, newest first by (rejected_at, id), after a page's last key;
+        rows whose rejection time hipq cannot read are left for :meth:`intake_prune`.
+        A string or a value's JSON text over ``value_chars`` comes cut (``cut``)."""
+
+    async def intake_prune(self, *, before: datetime, now: datetime, limit: int) -> int:
+        """Delete at most ``limit`` rejected rows, oldest first: rejected before
+        ``before``, or carrying a rejection time hipq does not write (none, or more
+        than a day past ``now``). Returns how many (``limit``: call again)."""
+
+    async def intake_limit_set(self, max_bytes: int) -> None:
+        """Store the intake's limit (``api.max_body_bytes``), which
+        ``hipq_enqueue()`` refuses past and :meth:`intake_find` reads with."""
 
     async def intake_counts(self) -> dict[str, tuple[int, int]]:
         """Per queue: (pending, rejected) rows."""
