@@ -12,10 +12,12 @@ from typing import Any
 from hipq.store.records import (
     EARLIEST,
     FUTURE_REJECTION,
+    INTAKE_ID_CHARS,
     INTAKE_LIMIT_KEY,
     INTAKE_MAX_BYTES,
     INTAKE_OTHER,
     INTAKE_OTHER_NAMES,
+    INTAKE_QUEUE_CHARS,
     INTAKE_READ_BYTES,
     INTAKE_VALUE_CHARS,
     LATEST,
@@ -41,13 +43,15 @@ class IntakeStatements:
                              max_bytes: int = INTAKE_MAX_BYTES,
                              budget: int = INTAKE_READ_BYTES) -> list[IntakeRow]:
         rows = await self._fetch("intake_pending", queues=list(queues), limit=limit,
-                                 after=after, max_bytes=max_bytes, budget=budget, **_TIMES)
+                                 after=after, max_bytes=max_bytes, budget=budget,
+                                 id_chars=INTAKE_ID_CHARS, **_TIMES)
         return [intake_of(r, max_bytes=max_bytes) for r in rows]
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:
         return [intake_of(r) for r in await self._fetch(
-            "intake_orphans", known=list(known), before=before, limit=limit)]
+            "intake_orphans", known=list(known), before=before, limit=limit,
+            queue_chars=INTAKE_QUEUE_CHARS, id_chars=INTAKE_ID_CHARS)]
 
     async def intake_done(self, *, ingested: Sequence[int], rejected: Mapping[int, str],
                           now: datetime) -> None:

@@ -28,10 +28,12 @@ from hipq.store import schema as s
 from hipq.store.records import (
     EARLIEST,
     FUTURE_REJECTION,
+    INTAKE_ID_CHARS,
     INTAKE_LIMIT_KEY,
     INTAKE_MAX_BYTES,
     INTAKE_OTHER,
     INTAKE_OTHER_NAMES,
+    INTAKE_QUEUE_CHARS,
     INTAKE_READ_BYTES,
     INTAKE_VALUE_CHARS,
     LATEST,
@@ -65,7 +67,8 @@ def _values(max_bytes: Any) -> list[Any]:
     """A pending row's columns, its values left out over ``max_bytes``; the JSON
     text kept only when it is one JSON value."""
     fits = _t.c.size <= max_bytes
-    return [_t.c.id, _raw(_t.c.queue), _raw(_t.c.job_id), _t.c.size,
+    return [_t.c.id, _raw(_t.c.queue), _raw(sa.func.substr(_t.c.job_id, 1, INTAKE_ID_CHARS),
+                                             "job_id"), _t.c.size,
             _kept(_t.c.data, fits & (sa.func.json_valid(_t.c.data) == 1)),
             _kept(_t.c.fields, fits & (sa.func.json_valid(_t.c.fields) == 1)),
             _raw(_t.c.run_after), _raw(_t.c.enqueued_at), _raw(_t.c.error),
@@ -161,7 +164,9 @@ class SQLiteIntake(SQLiteReads):
                              limit: int) -> list[IntakeRow]:
         async with self._tx() as conn:
             rows = await conn.execute(
-                sa.select(_t.c.id, _raw(_t.c.queue), _raw(_t.c.job_id))
+                sa.select(_t.c.id,
+                          _raw(sa.func.substr(_t.c.queue, 1, INTAKE_QUEUE_CHARS), "queue"),
+                          _raw(sa.func.substr(_t.c.job_id, 1, INTAKE_ID_CHARS), "job_id"))
                 .where(_PENDING, _t.c.queue.not_in(list(known)), _t.c.enqueued_at < before)
                 .order_by(_t.c.id).limit(limit))
             return [IntakeRow(id=r.id, queue=_text(r.queue) or "", job_id=_text(r.job_id),

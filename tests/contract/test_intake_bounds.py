@@ -373,3 +373,26 @@ async def test_the_counts_are_bounded_whatever_queue_names_producers_wrote(
     assert len(counts) == INTAKE_OTHER_NAMES + 2
     assert all(len(name) <= 100 for name in counts)
     assert sum(p for p, _ in counts.values()) == len(names) + 1
+
+
+async def test_a_long_id_or_queue_name_is_read_cut_and_rejected(
+        store: Store, db_url: str, backend: str, clock: FakeClock) -> None:
+    """The size bound covers data and fields; a job id or a queue name is read cut
+    just past what a valid one may hold (200 and 100 characters), which keeps the
+    verdict (an invalid id, an unknown queue) and bounds the read."""
+    service = Hipq(store, clock=clock)
+    await service.create_queue(QueueConfig(id="q"))
+    await owner_rows(db_url, backend, [
+        {"queue": "q", "job_id": "i" * 100_000},
+        {"queue": "n" * 50_000, "job_id": "x" * 50_000},
+        {"queue": "q", "job_id": "fine"}])
+    rows = await store.intake_pending(queues=["q"], limit=10)
+    assert [len(r.job_id or "") for r in rows] == [201, 4]
+    later = datetime(2100, 1, 1, tzinfo=UTC)
+    [orphan] = await store.intake_orphans(known=["q"], before=later, limit=10)
+    assert (len(orphan.queue), len(orphan.job_id or "")) == (101, 201)
+    ingest = Intake(service, store, clock)
+    await ingest.ingest({"q"}, {"q"})
+    rejected = await store.intake_rejected_page(limit=10)
+    assert [r.error[:10] for r in rejected if r.error] == ["invalid id"]
+    assert await store.job_get("q", "fine") is not None
