@@ -224,7 +224,8 @@ class Quotas(_Strict):
     """``{field, shares: {group: share}, default?, lend_unused?}`` (see throttling/quotas)."""
 
     field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
-    shares: dict[str, Annotated[float, Field(ge=0, le=1)]]
+    # a group's name is a job's value as stored (hipq.pause_scope: at most 128 kept)
+    shares: dict[Annotated[str, Field(max_length=128)], Annotated[float, Field(ge=0, le=1)]]
     default: Annotated[float, Field(ge=0, le=1)] | None = None
     lend_unused: bool = False
 

@@ -115,8 +115,9 @@ class BackoffOut(_Out):
     """A partner's pause in force (SPEC 15): no job of its scope launches before
     ``until``."""
 
-    group: str | None = Field(description="the value at backoff.field of the jobs paused; "
-                              "null: the whole queue")
+    group: str | None = Field(description="the value at backoff.field of the jobs paused "
+                              "(one over 128 characters: its first 128, '…sha256:' and the "
+                              "SHA-256 of the whole value in hex); null: the whole queue")
     until: AwareDatetime
     reason: str = Field(description='why, e.g. "HTTP 429 from https://partner.example" or '
                         '"budget spent"')

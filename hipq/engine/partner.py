@@ -36,6 +36,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq.pause_scope import group_of
 from hipq.retry import partner_time
 from hipq.spec import QueueSpec
 from hipq.store import QueueRecord, Store
@@ -150,10 +151,11 @@ class PartnerWord:
 
     @staticmethod
     def scope_of(spec: QueueSpec, value: str | None) -> str | None:
-        """The scope a job's try belongs to: None (the queue) or its group's value."""
+        """The scope a job's try belongs to: None (the queue) or its group: the value
+        in its bounded, exact form (:func:`hipq.pause_scope.group_of`)."""
         if spec.backoff.scope != "group":
             return None
-        return "" if value is None else value
+        return group_of("" if value is None else value)
 
     def queue_pause(self, queue: str, now: datetime) -> Backoff | None:
         """The queue-wide pause in force, if any."""

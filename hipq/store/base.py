@@ -40,6 +40,7 @@ from hipq.store.records import (
     IntakeRow,
     JobHistory,
     JobStanding,
+    ListedJob,
     ListedResponse,
     QueueRecord,
     QueueState,
@@ -128,6 +129,15 @@ class Store(Protocol):
         """The job wherever it is: the hot table, else the archive; a job merged into
         another answers with the job that holds it."""
 
+    async def job_get_listed(self, queue: str, job_id: str, *,
+                             value_chars: int) -> ListedJob | None:
+        """:meth:`job_get` as a listing of many shows the job (``GET /v1/job-search``):
+        each of its ``data``, ``result`` and ``error`` whose JSON text is longer than
+        ``value_chars`` characters comes as that text cut there, in ``cut``, and
+        empty in the job; a shorter one comes whole. A SQL driver cuts in its
+        statement, so a large value is never read whole; the read is the same
+        primary-key lookups as :meth:`job_get`'s."""
+
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
         """The job's whole history: its recorded tries (including late responses),
         by attempt, then in the order they were recorded."""
@@ -136,7 +146,9 @@ class Store(Protocol):
         """What a job's JSON shows: the last ``limit`` entries of its history (in
         :meth:`job_attempts` order) and how many it has in all. Reads at most
         ``limit`` rows and counts the rest through the index; the entries come
-        without the responses' bodies (``response`` is None)."""
+        without the responses' bodies (``response`` is None), and an error whose
+        JSON text is longer than :data:`~hipq.store.listing.ENTRY_ERROR_CHARS` as
+        ``{"kind", "detail", "truncated": true}`` cut, never read whole."""
 
     async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
                                 limit: int = 100,

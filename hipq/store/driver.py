@@ -30,7 +30,15 @@ from typing import Any, ClassVar
 from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreError
 from hipq.jobs import Job, JobState, Ordering, cancelled_error
 from hipq.store.due import DueShape
-from hipq.store.records import Change, InboxOutcome, InsertOutcome, QueueRecord, QueueStats
+from hipq.store.listing import cut_job
+from hipq.store.records import (
+    Change,
+    InboxOutcome,
+    InsertOutcome,
+    ListedJob,
+    QueueRecord,
+    QueueStats,
+)
 from hipq.store.rows import CACHE_SIZE, queue_record, repeat_outcome
 from hipq.store.versions import SCHEMA_VERSION
 
@@ -138,6 +146,20 @@ class DriverBase(abc.ABC):
             self._queues.clear()
         self._queues[row["id"]] = (version, record)
         return record
+
+    # -- reading jobs ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def job_get(self, queue: str, job_id: str) -> Job | None:
+        """The job wherever it is (:meth:`hipq.store.base.Store.job_get`)."""
+
+    async def job_get_listed(self, queue: str, job_id: str, *,
+                             value_chars: int) -> ListedJob | None:
+        """:meth:`job_get` with the job's large values cut (:mod:`hipq.store.listing`).
+        Here the job is read whole and cut in memory, for a store that holds its jobs
+        there; the SQL drivers cut in their statements: never read whole."""
+        job = await self.job_get(queue, job_id)
+        return None if job is None else cut_job(job, value_chars)
 
     # -- enqueue -----------------------------------------------------------------------
 

@@ -106,6 +106,40 @@ SELECT * FROM jobs WHERE queue = :queue AND id = ANY(:ids::text[])
 -- name: archived_by_ids
 SELECT * FROM archived_jobs WHERE queue = :queue AND id = ANY(:ids::text[])
 
+-- name: live_listed
+-- A live job as a listing of many shows it (GET /v1/job-search, hipq/store/listing.py):
+-- its columns but data, result and error, and each of those whole (*_whole) when its
+-- JSON text is at most :value_chars characters long, else that text cut there (*_cut).
+SELECT queue, id, status, run_at, expires_at, priority, weight, critical, timeout_seconds,
+       correlation_key, ordering_key, attempt, max_attempts, created_at, updated_at,
+       launched_at, replay_of, trace,
+       CASE WHEN length(data::text) <= :value_chars THEN data END AS data_whole,
+       CASE WHEN length(data::text) > :value_chars
+            THEN substr(data::text, 1, :value_chars) END AS data_cut,
+       CASE WHEN length(result::text) <= :value_chars THEN result END AS result_whole,
+       CASE WHEN length(result::text) > :value_chars
+            THEN substr(result::text, 1, :value_chars) END AS result_cut,
+       CASE WHEN length(error::text) <= :value_chars THEN error END AS error_whole,
+       CASE WHEN length(error::text) > :value_chars
+            THEN substr(error::text, 1, :value_chars) END AS error_cut
+FROM jobs WHERE queue = :queue AND id = :id
+
+-- name: archived_listed
+-- An archived job as live_listed reads a live one.
+SELECT queue, id, status, run_at, expires_at, priority, weight, critical, timeout_seconds,
+       correlation_key, ordering_key, attempt, max_attempts, created_at, updated_at,
+       launched_at, replay_of, trace, finished_at,
+       CASE WHEN length(data::text) <= :value_chars THEN data END AS data_whole,
+       CASE WHEN length(data::text) > :value_chars
+            THEN substr(data::text, 1, :value_chars) END AS data_cut,
+       CASE WHEN length(result::text) <= :value_chars THEN result END AS result_whole,
+       CASE WHEN length(result::text) > :value_chars
+            THEN substr(result::text, 1, :value_chars) END AS result_cut,
+       CASE WHEN length(error::text) <= :value_chars THEN error END AS error_whole,
+       CASE WHEN length(error::text) > :value_chars
+            THEN substr(error::text, 1, :value_chars) END AS error_cut
+FROM archived_jobs WHERE queue = :queue AND id = :id
+
 -- name: jobs_by_keys
 SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
 
@@ -129,8 +163,17 @@ ORDER BY attempt, id, rank
 
 -- name: history_last
 -- A job's last history entries, newest first, without the responses' bodies (the
--- archived row's own entry placed as in job_attempts).
-SELECT attempt, id, 1 AS rank, launched_at, finished_at, outcome, error FROM job_attempts
+-- archived row's own entry placed as in job_attempts). An error whose JSON text is
+-- longer than :error_chars comes as {kind, detail, truncated: true}, its kind and
+-- detail (a text error's text) cut (hipq/store/listing.py): never read whole.
+SELECT attempt, id, 1 AS rank, launched_at, finished_at, outcome,
+       CASE WHEN COALESCE(length(error::text), 0) <= :error_chars THEN error
+            ELSE jsonb_build_object(
+                'kind', COALESCE(left(error->>'kind', 100), 'response_failed'),
+                'detail', left(CASE WHEN jsonb_typeof(error) = 'object' THEN error->>'detail'
+                                    ELSE error #>> '{}' END, :error_chars),
+                'truncated', true) END AS error
+FROM job_attempts
 WHERE queue = :queue AND job_id = :job_id
 UNION ALL
 SELECT x.attempt, COALESCE((SELECT min(a.id) FROM job_attempts a
@@ -976,11 +1019,19 @@ SELECT COALESCE(max(id), 0) AS id FROM job_intake
 -- -- the partner's word (SPEC 15) ------------------------------------------------------
 
 -- name: backoff_list
-SELECT queue, scope, until, reason, streak, since FROM queue_backoffs
-WHERE queue = ANY(:queues::text[]) ORDER BY queue, scope
+-- A scope is "" (the queue) or "=" and its group, at most 200 characters
+-- (hipq/pause_scope.py); a longer one, stored whole by an earlier version, is read
+-- cut to its first 128 characters and "…" (it matches no job's group).
+SELECT queue, CASE WHEN length(scope) <= 201 THEN scope
+                   ELSE substr(scope, 1, 129) || '…' END AS scope,
+       until, reason, streak, since FROM queue_backoffs
+WHERE queue = ANY(:queues::text[]) ORDER BY queue, 2
 
 -- name: backoff_all
-SELECT queue, scope, until, reason, streak, since FROM queue_backoffs ORDER BY queue, scope
+-- Scopes read as backoff_list reads them.
+SELECT queue, CASE WHEN length(scope) <= 201 THEN scope
+                   ELSE substr(scope, 1, 129) || '…' END AS scope,
+       until, reason, streak, since FROM queue_backoffs ORDER BY queue, 2
 
 -- name: backoff_replace
 -- The owner's pauses of one queue, all of them: the rows not given are deleted.

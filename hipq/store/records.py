@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from hipq.frozen import quick_init
 from hipq.jobs import Attempt, Job
+from hipq.pause_scope import shown_group
 
 if TYPE_CHECKING:  # the pydantic model is only carried here: no pydantic at import
     from hipq.config import QueueConfig
@@ -126,6 +127,17 @@ class ListedResponse:
     result: Any = None
     error: Any = None
     truncated: tuple[str, ...] = ()  # "result", "error": given as cut JSON text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedJob:
+    """A job as a listing of many shows it (``GET /v1/job-search``): ``job`` as
+    stored, except that each of its ``data``, ``result`` and ``error`` whose JSON
+    text is longer than the listing's bound is left empty there and given in ``cut``
+    as that text cut to the bound (by name)."""
+
+    job: Job
+    cut: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,7 +308,8 @@ _CUT = ("queue", "id", "data", "fields", "error")  # what a listing may cut
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
     """A partner's pause of one scope of a queue (SPEC 15): the whole queue
-    (``group`` None) or the jobs whose backoff field has the value ``group``.
+    (``group`` None) or the jobs whose backoff field's value has the group ``group``
+    (the value in its bounded form, :func:`hipq.pause_scope.group_of`).
     ``streak``: throttled tries in a row of the scope (the back-off doubles with
     it); ``since``: when the pause (or its last extension) began."""
 
@@ -313,7 +326,8 @@ class Backoff:
         return "" if self.group is None else "=" + self.group
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "until": self.until.isoformat().replace("+00:00", "Z"),
+        return {"group": shown_group(self.group),
+                "until": self.until.isoformat().replace("+00:00", "Z"),
                 "reason": self.reason}
 
 

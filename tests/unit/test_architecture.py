@@ -17,7 +17,8 @@ IO_LIBRARIES = ("sqlalchemy", "asyncpg", "aiosqlite", "aiohttp", "aiokafka", "ap
                 "multidict")
 # the pure core: importing one of these loads no I/O library, whatever it imports in turn
 PURE_MODULES = (
-    "hipq.jobs", "hipq.spec", "hipq.paths", "hipq.plugins", "hipq.retry", "hipq.throttling",
+    "hipq.jobs", "hipq.spec", "hipq.paths", "hipq.pause_scope", "hipq.plugins", "hipq.retry",
+    "hipq.throttling",
     *sorted(f"hipq.throttling.{p.stem}" for p in (PACKAGE / "throttling").glob("*.py")
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
