@@ -398,6 +398,17 @@ class ApiConfig(_Strict):
     stats_max_age_seconds: float = Field(default=2.0, ge=0, le=2.0)
     # without tokens, ``hipq run`` refuses a non-loopback host unless this is true
     allow_insecure: bool = False
+    # slow clients (docs/operations.md, "Connections"): a request head must arrive
+    # whole within this of the connection opening or of the previous answer (an idle
+    # kept-alive connection is closed then too); a body within its own time; an
+    # answer the client takes none of for send_timeout_seconds is dropped
+    head_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    send_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # connections held at once, in all and per peer (an IPv4 address, an IPv6 /64);
+    # one more is answered 503 and closed
+    max_connections: int = Field(default=1024, ge=1, le=1_000_000)
+    max_connections_per_peer: int = Field(default=128, ge=1, le=1_000_000)
     # modules (and their submodules) that plugins and Python targets named over
     # ``POST /v1/jobs`` may come from; YAML may name any module
     plugin_modules: list[Annotated[str, Matching(r"^[A-Za-z_][\w.]*$")]] = Field(

@@ -10,6 +10,7 @@ no/unknown bearer token, bad signature      401     ``unauthorized``
 token's role too low                        403     ``forbidden``
 unknown queue / job / route                 404     ``*_not_found``
 method not allowed on the route             405     ``method_not_allowed``
+body slower than ``body_timeout_seconds``   408     ``request_timeout``
 idempotency conflict, job not cancellable   409     ``conflict``
 response for a stale attempt                409     ``stale_response``
 body over ``api.max_body_bytes``            413     ``body_too_large``
@@ -18,6 +19,7 @@ valid JSON failing validation (types,       422     ``invalid_request`` (pydanti
 unknown fields, ids, data not an object)            errors in ``details``) or
                                                     ``invalid``
 database unavailable                        503     ``store_unavailable``
+a connection over ``api.max_connections*``  503     ``too_many_connections``
 an answer the server cannot build (logged)  500     ``internal``
 anything else (a bug; logged)               500     ``internal``
 ==========================================  ======  ==========================
