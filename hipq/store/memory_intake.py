@@ -17,10 +17,12 @@ from hipq.sql import ENQUEUE_FIELDS
 from hipq.store.memory_tables import MemoryBase
 from hipq.store.records import (
     FUTURE_REJECTION,
+    INTAKE_ID_CHARS,
     INTAKE_LIMIT_KEY,
     INTAKE_MAX_BYTES,
     INTAKE_OTHER,
     INTAKE_OTHER_NAMES,
+    INTAKE_QUEUE_CHARS,
     INTAKE_READ_BYTES,
     INTAKE_VALUE_CHARS,
     IntakeRow,
@@ -91,7 +93,8 @@ class MemoryIntake(MemoryBase):
         known_set = set(known)
         found = [r for r in self._rows(pending=True) if r.queue not in known_set
                  and r.enqueued_at is not None and r.enqueued_at < before]
-        return [replace(r, data=None, fields=None) for r in found[:limit]]
+        return [replace(r, queue=r.queue[:INTAKE_QUEUE_CHARS], job_id=_id(r), data=None,
+                        fields=None) for r in found[:limit]]
 
     async def intake_done(self, *, ingested: Sequence[int], rejected: Mapping[int, str],
                           now: datetime) -> None:
@@ -152,12 +155,18 @@ class MemoryIntake(MemoryBase):
         return max(self._t.intake, default=0)
 
 
+def _id(row: IntakeRow) -> str | None:
+    """A row's job id as a read gives it: cut one past the longest valid one."""
+    return None if row.job_id is None else row.job_id[:INTAKE_ID_CHARS]
+
+
 def _read(row: IntakeRow, max_bytes: int) -> IntakeRow:
     """A copy of a pending row as a read gives it: over ``max_bytes``, without its
-    values and with why (docs/from-your-database.md, "Limits")."""
+    values and with why (docs/from-your-database.md, "Limits"); its id cut."""
     if row.size <= max_bytes:
-        return replace(row)
-    return replace(row, data=None, fields=None, problem=too_big(row.size, max_bytes))
+        return replace(row, job_id=_id(row))
+    return replace(row, job_id=_id(row), data=None, fields=None,
+                   problem=too_big(row.size, max_bytes))
 
 
 def _listed(row: IntakeRow, chars: int) -> IntakeRow:
