@@ -2,9 +2,11 @@
 consumer may ask of a database, whatever the database.
 
 One driver per database implements :class:`Store` (:mod:`hipq.store.sqlite`,
-:mod:`hipq.store.postgres`, both on :mod:`hipq.store.common`), and
-:func:`hipq.store.open_store` picks one by URL. ``tests/contract`` runs every test
-against both drivers.
+:mod:`hipq.store.postgres`, both on :mod:`hipq.store.driver`), and
+:func:`hipq.store.open_store` picks one by URL; a third keeps everything in memory
+(:mod:`hipq.store.memory`, ``memory://``), a test double. ``tests/contract`` runs
+every test against all three (a test of a SQL driver's own work against the two
+databases only).
 
 Guarantees common to every method:
 
@@ -57,7 +59,8 @@ class Store(Protocol):
 
     @property
     def dialect(self) -> str:
-        """The database's name: ``"postgresql"`` or ``"sqlite"``."""
+        """The database's name: ``"postgresql"`` or ``"sqlite"`` (``"memory"``: the
+        store in memory, which behaves as a single writer, as SQLite)."""
 
     @property
     def supports_row_locks(self) -> bool:

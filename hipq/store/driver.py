@@ -9,6 +9,8 @@ Nothing here writes SQL. Each driver writes all of its own, in one style:
 (:class:`hipq.store.common.StoreBase`), :mod:`hipq.store.postgres` as the named
 blocks of ``postgres.sql`` run on an asyncpg pool. Both make their schema from the
 numbered files of ``hipq/store/migrations/`` (:func:`hipq.store.versions.pending`).
+The store in memory (:mod:`hipq.store.memory`, a test double) builds on this too,
+its statements Python over dicts.
 
 Every method is one short transaction or one statement; batch methods are named
 ``*_many``. Updates of running jobs are guarded in their ``WHERE`` (status, attempt,
@@ -51,9 +53,9 @@ VERSION_KEY = "schema_version"  # the key of the schema version in hipq_meta
 
 
 class DriverBase(abc.ABC):
-    """The shared half of a SQL driver; see the module docstring."""
+    """The shared half of a driver; see the module docstring."""
 
-    dialect: ClassVar[str]  # "postgresql" or "sqlite"
+    dialect: ClassVar[str]  # "postgresql", "sqlite" or "memory"
     supports_row_locks: ClassVar[bool]  # SELECT ... FOR UPDATE (else: a single writer)
     # driver errors that mean "the database is unreachable: try again" (the pool is reset)
     _transient: tuple[type[BaseException], ...] = (OSError, ConnectionError)
