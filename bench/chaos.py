@@ -15,7 +15,9 @@ Kafka broker (``scripts/kafka-ephemeral``: Tansu, memory storage, on a fixed por
   its responses consumed by the daemons' consumer group;
 * a downstream process (``bench/chaos_downstream.py``) that answers every HTTP
   launch 202 and calls back after a random delay through any live daemon, failing
-  20% of the tries (retryable on the ``at_least_once`` queue only);
+  20% of the tries (retryable on the ``at_least_once`` queue only) with its error
+  as a text, as many downstreams send it, and calling 5% of the succeeded tries
+  back a second time, failing: late responses, recorded on the jobs' histories;
 * a Kafka responder process (``bench/chaos_kafka_responder.py``) that consumes
   the Kafka launches and answers on the response topic after a random delay,
   failing 20% of the tries (retryable);
@@ -24,7 +26,8 @@ Kafka broker (``scripts/kafka-ephemeral``: Tansu, memory storage, on a fixed por
   ``--kill-every`` seconds, ``--kills`` times; the broker is restarted once (stopped
   and started again on the same port, losing every topic, message, group and
   offset) a quarter of the way, and PostgreSQL once, halfway;
-* then it waits until every acknowledged job is terminal.
+* then it waits until every acknowledged job is terminal, and reads every one of
+  them through the daemons' API (``GET /v1/jobs/{queue}/{id}``), spread over them.
 
 It reports (JSON on stdout): jobs lost (acknowledged, never terminal) in all and
 per queue, double launches on ``at_most_once`` (a job the downstream received
@@ -34,9 +37,10 @@ limit (for the Kafka queue counted while hipq can still be waiting for the launc
 see the responder's docstring; ``kafka_peak_raw`` without that cut), ``lost``
 tries (launches cut by a kill: expected), the outcomes of the tries per queue
 (``timeout`` on the Kafka queue: launches and responses that the broker restart
-swallowed or that rebalances held up, expected and retried), and the time to
-drain. Exit status 1 if any of
-lost jobs, double launches or overshoots is not zero.
+swallowed or that rebalances held up, expected and retried), the time to drain,
+and the jobs the API did not answer 200 for (``unreadable_jobs``, the first of
+them with their answers in ``unreadable``). Exit status 1 if any of lost jobs,
+double launches, overshoots or unreadable jobs is not zero.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Options:
     lease_seconds: float = 2.0
     drain_timeout: float = 600.0
     fail: float = 0.2
+    twice: float = 0.05  # succeeded tries the downstream answers again, failing (late)
     seed: int = 1
     workdir: Path = field(default_factory=lambda: Path(f"/tmp/hipq-chaos-{os.getpid()}"))
 
@@ -112,11 +117,15 @@ class Report:
     run_seconds: float
     drain_seconds: float
     daemons_exit_codes: list[int]
+    second_answers: int = 0  # the downstream's second answers (late responses)
+    unreadable_jobs: int = 0  # jobs GET /v1/jobs/{queue}/{id} did not answer 200 for
+    unreadable: list[list[Any]] = field(default_factory=list)  # the first: queue, id, answer
 
     @property
     def clean(self) -> bool:
         return (self.lost_jobs == 0 and self.double_launches_amo == 0
-                and self.overshoots == 0 and self.terminal == self.acknowledged)
+                and self.overshoots == 0 and self.terminal == self.acknowledged
+                and self.unreadable_jobs == 0)
 
 
 def _free_port() -> int:
@@ -341,7 +350,8 @@ def _start_downstream(opts: Options, ports: list[int]) -> tuple[subprocess.Popen
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "bench/chaos_downstream.py"),
          "--daemons", ",".join(map(str, ports)), "--fail", str(opts.fail),
-         "--seed", str(opts.seed)], stdout=subprocess.PIPE, text=True)
+         "--twice", str(opts.twice), "--seed", str(opts.seed)],
+        stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, "http://127.0.0.1:" + proc.stdout.readline().strip().split("=")[1]
 
@@ -355,6 +365,41 @@ def _start_responder(opts: Options, bootstrap: str) -> tuple[subprocess.Popen[st
         env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.stdout is not None
     return proc, "http://127.0.0.1:" + proc.stdout.readline().strip().split("=")[1]
+
+
+UNREADABLE_SHOWN = 20  # unreadable jobs reported with their answers
+READERS = 16  # GETs in flight at once
+
+
+async def _read_all(slots: Slots, jobs: set[tuple[str, str]]) -> list[list[Any]]:
+    """``GET /v1/jobs/{queue}/{id}`` of every job, spread over the live daemons:
+    [queue, id, status, body] of each answer other than 200. A connection error is
+    tried again at the next daemon; an HTTP answer is final."""
+    failed: list[list[Any]] = []
+    todo = sorted(jobs)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+
+        async def read(n: int, queue: str, job_id: str) -> None:
+            for attempt in range(30):
+                ports = slots.live()
+                port = ports[(n + attempt) % len(ports)] if ports else None
+                try:
+                    if port is None:
+                        raise OSError("no daemon is live")
+                    async with session.get(
+                            f"http://127.0.0.1:{port}/v1/jobs/{queue}/{job_id}") as answer:
+                        if answer.status != 200:
+                            failed.append([queue, job_id, answer.status,
+                                           (await answer.text())[:1000]])
+                        return
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    await asyncio.sleep(0.2)
+            failed.append([queue, job_id, None, "no daemon answered"])
+
+        for start in range(0, len(todo), READERS):
+            await asyncio.gather(*(read(start + k, q, i)
+                                   for k, (q, i) in enumerate(todo[start:start + READERS])))
+    return failed
 
 
 async def _dump(url: str) -> dict[str, Any]:
@@ -421,13 +466,18 @@ async def run_chaos(opts: Options) -> Report:
                     raise RuntimeError(f"{helper.args[1]} exited with {helper.returncode}")
             await asyncio.sleep(0.5)
         drained = time.monotonic()
+        unreadable = await _read_all(slots, acknowledged)
         codes = await slots.stop_all()
         dump = await _dump(down_url)
         kafka_dump = None if responder_url is None else await _dump(responder_url)
-        return await _report(opts, pg_url, acknowledged, dump, kafka_dump, codes,
-                             kills=kills, pg_restarts=pg_restarts,
-                             broker_restarts=broker_restarts,
-                             run=drained - started, drain=drained - chaos_end)
+        report = await _report(opts, pg_url, acknowledged, dump, kafka_dump, codes,
+                               kills=kills, pg_restarts=pg_restarts,
+                               broker_restarts=broker_restarts,
+                               run=drained - started, drain=drained - chaos_end)
+        report.second_answers = int(dump["again"])
+        report.unreadable_jobs = len(unreadable)
+        report.unreadable = unreadable[:UNREADABLE_SHOWN]
+        return report
     finally:
         if slots is not None:
             for n in range(DAEMONS):

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+)
 
 from hipq import json_text
 from hipq.config import TimeWindow, known_timezone
@@ -169,6 +177,23 @@ class DataOnly:
         return EnqueueRequest(data=self.data)
 
 
+MAX_RESPONSE_SECONDS = 365 * 86400.0  # a longer retry_after_seconds reads as this
+_CLEAN_SECONDS = re.compile(r"[0-9]{1,40}(?:\.[0-9]{1,40})?").fullmatch  # ASCII digits only
+
+
+def partner_seconds(value: Any) -> float | None:
+    """A throttled answer's ``retry_after_seconds`` as the engine takes it: a number
+    of seconds >= 0 (a JSON number, or ASCII digits in a string), at most
+    :data:`MAX_RESPONSE_SECONDS`; anything else is no time, never an error
+    (docs/throttling.md, "Who may pause, and for how long": a refused answer would
+    leave its try to time out and spend an attempt)."""
+    if isinstance(value, str):
+        value = float(value) if _CLEAN_SECONDS(value) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    return MAX_RESPONSE_SECONDS if value >= MAX_RESPONSE_SECONDS else float(value)
+
+
 class ResponseRequest(BaseModel):
     """A response reported for a job (callback body, Kafka value, Python API)."""
 
@@ -180,7 +205,11 @@ class ResponseRequest(BaseModel):
     result: JsonAny = None
     error: JsonAny = None
     extend_seconds: float | None = Field(default=None, gt=0, le=365 * 86400)
-    retry_after_seconds: float | None = Field(default=None, ge=0, le=365 * 86400)
+    retry_after_seconds: Annotated[float | None, BeforeValidator(
+        partner_seconds, json_schema_input_type=float | str | None)] = Field(
+        default=None, description="a throttled answer's time: seconds, a JSON number or "
+        "ASCII digits; a longer time than a year reads as a year, anything else as none "
+        "(never refused); a pause it causes is capped at backoff.max_partner_seconds")
 
     @property
     def seconds(self) -> float | None:

@@ -224,7 +224,8 @@ class Quotas(_Strict):
     """``{field, shares: {group: share}, default?, lend_unused?}`` (see throttling/quotas)."""
 
     field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")]
-    shares: dict[str, Annotated[float, Field(ge=0, le=1)]]
+    # a group's name is a job's value as stored (hipq.pause_scope: at most 128 kept)
+    shares: dict[Annotated[str, Field(max_length=128)], Annotated[float, Field(ge=0, le=1)]]
     default: Annotated[float, Field(ge=0, le=1)] | None = None
     lend_unused: bool = False
 
@@ -247,13 +248,18 @@ class RateLimit(_Strict):
 class Backoff(_Strict):
     """How a queue obeys its partner's "not now" (SPEC 15): the scope a throttled
     try pauses (the whole ``queue``, or the ``group`` of jobs sharing the value at
-    ``field``), the back-off when the partner gives no time, and how many throttled
-    tries of one job in a row are given back before one counts as failed."""
+    ``field``), the back-off when the partner gives no time, the longest pause a
+    time the partner gives may cause, and how many throttled tries of one job in a
+    row are given back before one counts as failed."""
 
     scope: Literal["queue", "group"] = "queue"
     field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
     initial_seconds: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
     max_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    max_partner_seconds: float = Field(
+        default=3600.0, gt=0, le=MAX_SECONDS,
+        description="the longest pause a time the partner gives (Retry-After, a "
+                    "rate-limit reset, retry_after_seconds) may cause")
     max_throttled: int = Field(default=50, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
@@ -359,6 +365,7 @@ class QueueConfig(_Strict):
             backoff=BackoffSpec(scope=self.backoff.scope, field=self.backoff.field,
                                 initial_seconds=self.backoff.initial_seconds,
                                 max_seconds=self.backoff.max_seconds,
+                                max_partner_seconds=self.backoff.max_partner_seconds,
                                 max_throttled=self.backoff.max_throttled),
             adaptive=None if self.adaptive is None else AdaptiveSpec(
                 min=self.adaptive.min, increase_every=self.adaptive.increase_every,
@@ -391,6 +398,17 @@ class ApiConfig(_Strict):
     stats_max_age_seconds: float = Field(default=2.0, ge=0, le=2.0)
     # without tokens, ``hipq run`` refuses a non-loopback host unless this is true
     allow_insecure: bool = False
+    # slow clients (docs/operations.md, "Connections"): a request head must arrive
+    # whole within this of the connection opening or of the previous answer (an idle
+    # kept-alive connection is closed then too); a body within its own time; an
+    # answer the client takes none of for send_timeout_seconds is dropped
+    head_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    send_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # connections held at once, in all and per peer (an IPv4 address, an IPv6 /64);
+    # one more is answered 503 and closed
+    max_connections: int = Field(default=1024, ge=1, le=1_000_000)
+    max_connections_per_peer: int = Field(default=128, ge=1, le=1_000_000)
     # modules (and their submodules) that plugins and Python targets named over
     # ``POST /v1/jobs`` may come from; YAML may name any module
     plugin_modules: list[Annotated[str, Matching(r"^[A-Za-z_][\w.]*$")]] = Field(
@@ -453,6 +471,9 @@ class KafkaConfig(_Strict):
     fetch_max_wait_ms: int = Field(default=500, ge=0, le=60000)
     fetch_max_wait_busy_ms: int = Field(default=10, ge=0, le=60000)
     response_fields: KafkaResponseFields = Field(default_factory=KafkaResponseFields)
+    # a response must carry its launch's Hipq-Signature, else it is dropped as forged
+    # (docs/kafka.md, "Signed responses")
+    require_signed_responses: bool = False
     client_options: dict[str, Any] = Field(default_factory=dict)
 
 

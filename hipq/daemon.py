@@ -154,6 +154,8 @@ class Daemon:
             await store.migrate()
         else:
             await store.check_schema()
+        # what hipq_enqueue() refuses past (docs/from-your-database.md, "Limits")
+        await store.intake_limit_set(self.settings.api.max_body_bytes)
         signer = await load_signer(store, self.settings.signing_key)
         http = HttpClient(signer=signer, public_url=self.settings.api.public_url)
         self._stack.push_async_callback(http.close)
@@ -177,7 +179,7 @@ class Daemon:
             from hipq.responses.kafka_consumer import KafkaResponseConsumer
 
             consumer = KafkaResponseConsumer(self.settings.kafka, store, clock=self.clock,
-                                             engine=engine)
+                                             engine=engine, signer=signer)
         api = None
         if self.settings.api.enabled:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
@@ -185,7 +187,9 @@ class Daemon:
                                     declared_queues={q.id: q for q in self.settings.queues},
                                     trace_url=self.settings.dashboard.trace_url))
         return _Opened(store=store, service=service, engine=engine,
-                       intake=Intake(service, store, self.clock), http=http, api=api,
+                       intake=Intake(service, store, self.clock,
+                                     max_bytes=self.settings.api.max_body_bytes),
+                       http=http, api=api,
                        kafka_consumer=consumer)
 
     async def run(self, *, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -279,7 +283,8 @@ class Daemon:
     async def _start_notifier(self) -> None:
         if not self.settings.database.notify or not self.store.supports_notify:
             return
-        self.notifier = Notifier(self.settings.database.url, on_notify=self._notified)
+        self.notifier = Notifier(self.settings.database.url, on_notify=self._notified,
+                                 clock=self.clock)
         self.notifier.start()
         self._stack.push_async_callback(self._stop_notifier)
         await self.notifier.wait_connected(5.0)
@@ -352,6 +357,10 @@ class Daemon:
             pruned = PRUNE_BATCH
             while pruned == PRUNE_BATCH:  # small batches: no long transaction, no lock pile-up
                 pruned = await self.store.archive_prune(before=before, limit=PRUNE_BATCH)
+            pruned = PRUNE_BATCH
+            while pruned == PRUNE_BATCH:  # rejected intake rows (docs/from-your-database.md)
+                pruned = await self.store.intake_prune(before=before, now=self.clock.now(),
+                                                       limit=PRUNE_BATCH)
         except HipqError as exc:
             log.warning("archive pruning failed: %s", exc, extra={"action": "prune_error"})
 

@@ -18,6 +18,14 @@ an id gets ``intake-<row id>``, the same at every attempt.
 
 Rows of queues that do not exist are rejected by any daemon once they are
 :data:`ORPHAN_GRACE` old (a queue created in the same deploy has time to appear).
+
+Bounded reads (docs/from-your-database.md, "Limits"): the store measures each row in
+SQL before it reads it, and one read holds at most :data:`READ_BYTES` of rows' data
+and fields (and one row more); a row over ``max_bytes`` (``api.max_body_bytes``)
+comes without its values, and a row the store cannot read (a time out of range, JSON
+text that is not one value) with why: each such row is rejected on its own, and the
+others are ingested. A read cut short by bytes counts as a full batch (more may
+wait), as one cut by :data:`INGEST_BATCH` does.
 """
 
 from __future__ import annotations
@@ -38,12 +46,13 @@ from hipq.errors import HipqError, QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, is_job_id
 from hipq.service import Hipq
 from hipq.store import InsertOutcome, InsertStatus, Store
-from hipq.store.records import IntakeRow, json_value
+from hipq.store.records import INTAKE_MAX_BYTES, INTAKE_READ_BYTES, IntakeRow, json_value
 from hipq.values import MAX_DEPTH, json_problem
 
 log = logging.getLogger(__name__)
 
 INGEST_BATCH = 5000  # rows per tick and queue set; a full batch asks for another tick
+READ_BYTES = INTAKE_READ_BYTES  # bytes of data and fields one read holds (and one row)
 BATCHES_PER_CALL = 4  # batches one tick ingests (the next read while one is enqueued)
 CHUNK = 1000  # rows per enqueue_many call
 IN_FLIGHT = 2  # enqueue_many calls at once
@@ -53,10 +62,12 @@ _NOT_FIELDS = frozenset({"id", "data", "run_after"})  # columns of their own
 
 
 class Intake:
-    def __init__(self, service: Hipq, store: Store, clock: Clock) -> None:
+    def __init__(self, service: Hipq, store: Store, clock: Clock, *,
+                 max_bytes: int = INTAKE_MAX_BYTES) -> None:
         self.service = service
         self.store = store
         self.clock = clock
+        self.max_bytes = max_bytes  # a row's data and fields, at most (api.max_body_bytes)
         self.ingested = 0
         self.rejected: dict[str, int] = {}  # by queue, since start (metrics read the DB)
         self._orphans_at: datetime | None = None
@@ -89,9 +100,8 @@ class Intake:
                     return False
                 self.last_id = max(self.last_id, rows[-1].id)
                 following = None  # the next batch is read while this one is enqueued
-                if len(rows) >= INGEST_BATCH:
-                    following = asyncio.ensure_future(self.store.intake_pending(
-                        queues=list(queues), limit=INGEST_BATCH, after=rows[-1].id))
+                if self._full(rows):
+                    following = asyncio.ensure_future(self._read(queues, after=rows[-1].id))
                 ingested, rejected = await self._batch(rows)
                 if done is not None:
                     await done
@@ -129,7 +139,19 @@ class Intake:
                                 extra={"action": "intake_error"})
             else:
                 _drop(future)
-        return await self.store.intake_pending(queues=list(queues), limit=INGEST_BATCH)
+        return await self._read(queues)
+
+    async def _read(self, queues: tuple[str, ...], after: int = 0) -> list[IntakeRow]:
+        """A batch of pending rows, bounded in rows and in bytes."""
+        return await self.store.intake_pending(queues=list(queues), limit=INGEST_BATCH,
+                                               after=after, max_bytes=self.max_bytes,
+                                               budget=READ_BYTES)
+
+    def _full(self, rows: list[IntakeRow]) -> bool:
+        """Whether a read stopped at its bound (rows or bytes): more may wait."""
+        if len(rows) >= INGEST_BATCH:
+            return True
+        return sum(r.size for r in rows if r.size <= self.max_bytes) >= READ_BYTES
 
     def close(self) -> None:
         """Drop a read ahead (the daemon stops)."""
@@ -240,12 +262,15 @@ Verdict = tuple[str | None, tuple[str, EnqueueRequest] | None]
 def requests_of(rows: list[IntakeRow]) -> list[Verdict]:
     """:func:`request_of` for each row: the whole batch in one validation when
     every row is good (the usual case; rows as JSON text are validated as one JSON
-    document, never decoded in Python), else row by row, each with its own error."""
+    document, never decoded in Python), else row by row, each with its own error.
+    Each row's data is one JSON value (PostgreSQL's jsonb text; SQLite's checked by
+    the store), so no row's text can reach into another's; a document that does not
+    hold one body per row is judged row by row all the same."""
     texts: list[str] = []
     ids: list[str] = []
     for row in rows:
         job_id = row.job_id if row.job_id is not None else f"intake-{row.id}"
-        body = _body_text(row)
+        body = None if row.problem is not None else _body_text(row)
         if body is None or not is_job_id(job_id):
             return [request_of(r) for r in rows]
         texts.append(body)
@@ -253,6 +278,8 @@ def requests_of(rows: list[IntakeRow]) -> list[Verdict]:
     try:
         requests = _REQUESTS.validate_json(f"[{','.join(texts)}]")
     except ValidationError:
+        return [request_of(r) for r in rows]
+    if len(requests) != len(rows):
         return [request_of(r) for r in rows]
     if json_problem([r.data for r in requests], max_depth=MAX_DEPTH + 1) is not None:
         return [request_of(r) for r in rows]
@@ -282,6 +309,8 @@ def _body_text(row: IntakeRow) -> str | None:
 
 def request_of(row: IntakeRow) -> Verdict:
     """The (id, enqueue body) a row asks for, or why it cannot be one."""
+    if row.problem is not None:  # the store could not read it (too big, a bad time...)
+        return row.problem, None
     job_id = row.job_id if row.job_id is not None else f"intake-{row.id}"
     if not is_job_id(job_id):
         return f"invalid id {job_id[:200]!r}: must match {JOB_ID_PATTERN}", None

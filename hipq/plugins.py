@@ -90,7 +90,8 @@ class ThrottleContext:
             per running job.
         now: aware UTC datetime.
         recent_launches: for queues with a ``rate_limit``: launch times within the
-            current window, per rate group (``""`` for a queue-wide limit).
+            current window, per rate group (``""`` for a queue-wide limit; a value
+            over 128 characters as :meth:`RateBudget.group` keys it).
         usage: what the running jobs hold, summed (:class:`RunningUsage`; its
             ``field_weights`` by the queue's quota field). ``None`` when the caller
             did not give it: :meth:`running_usage` then sums ``running``.

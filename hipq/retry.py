@@ -143,14 +143,16 @@ def retry_after(ctx: RetryContext) -> datetime | None:
     return partner_time(data.get("retry_after") if isinstance(data, dict) else None, ctx.now)
 
 
-def partner_time(raw: Any, now: datetime) -> datetime | None:
+def partner_time(raw: Any, now: datetime, *,
+                 cap: float = MAX_RETRY_AFTER_SECONDS) -> datetime | None:
     """A time a partner gave (seconds from ``now`` as a number, or an aware ISO 8601
-    time), at most :data:`MAX_RETRY_AFTER_SECONDS` away; None if there is none."""
-    latest = now + timedelta(seconds=MAX_RETRY_AFTER_SECONDS)
+    time), at most ``cap`` seconds away (:data:`MAX_RETRY_AFTER_SECONDS` unless
+    given; a pause's cap is ``backoff.max_partner_seconds``); None if there is none."""
+    latest = now + timedelta(seconds=cap)
     if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
         if raw != raw:  # NaN
             return None
-        return min(now + timedelta(seconds=min(float(raw), MAX_RETRY_AFTER_SECONDS)), latest)
+        return latest if raw >= cap else now + timedelta(seconds=float(raw))
     if isinstance(raw, str):
         try:
             when = datetime.fromisoformat(raw)

@@ -43,6 +43,7 @@ from hipq.jobs import (
     expired_error,
     is_job_id,
 )
+from hipq.pause_scope import group_of
 from hipq.responses import correlation
 from hipq.responses.batcher import Batcher
 from hipq.responses.correlation import request_key, response_key
@@ -244,7 +245,7 @@ class Hipq:
             return None
         _, item = request_of(row)
         record = await self.store.queue_get(queue)
-        if item is None or record is None:
+        if item is None or record is None or row.enqueued_at is None:
             return None  # it will be rejected: GET /v1/intake?status=rejected
         try:
             return build_job(record.config, item[0], item[1], row.enqueued_at, token="",
@@ -486,7 +487,7 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
         timeout_seconds=request.timeout_seconds or config.timeout_seconds,
         correlation_key=fixed_key, correlation_fixed=fixed_key is not None,
         ordering_key=request.ordering_key, key_order_at=run_at,
-        group_key=(field_value(request.data, config.quotas.field)
+        group_key=(_quota_key(request.data, config.quotas.field)
                    if config.quotas is not None else None),
         attempt=0, max_attempts=config.attempts,
         created_at=now, updated_at=now, token=token or uuid.uuid4().hex,
@@ -496,6 +497,14 @@ def build_job(config: QueueConfig, job_id: str, request: EnqueueRequest,
 
 # a job of a DataOnly request: the defaults' job with these fields of its own
 _COPY = evolver(Job, ("id", "data", "token", "body_hash", "trace"))
+def _quota_key(data: dict[str, Any], path: str) -> str | None:
+    """The quota field's value, stored with the job (and indexed, so bounded: a long
+    value is kept as a pause's group is, :func:`hipq.pause_scope.group_of`; the quota
+    groups named in settings are short, so each is its own key)."""
+    value = field_value(data, path)
+    return None if value is None else group_of(value)
+
+
 _COPY_GROUPED = evolver(Job, ("id", "data", "token", "body_hash", "trace", "group_key"))
 _UNBUILT = object()
 

@@ -48,13 +48,14 @@ class BackoffSpec:
     """How a throttled try pauses its scope (SPEC 15): ``scope`` ``queue`` or
     ``group`` (jobs sharing the value at ``field``); without a time from the partner
     the pause is ``initial_seconds`` doubling per throttled try in a row, up to
-    ``max_seconds``; a job's try past ``max_throttled`` throttled in a row counts as
-    failed."""
+    ``max_seconds``; a time the partner gives pauses at most ``max_partner_seconds``;
+    a job's try past ``max_throttled`` throttled in a row counts as failed."""
 
     scope: str = "queue"
     field: str | None = None
     initial_seconds: float = 1.0
     max_seconds: float = 300.0
+    max_partner_seconds: float = 3600.0
     max_throttled: int = 50
 
 

@@ -26,8 +26,14 @@ hipq: PostgreSQL (every kind) or the SQLite file (the SQLAlchemy kinds).
 
 What is written: rows in ``job_intake`` (the function ``hipq_enqueue()`` writes the
 same rows from plain SQL, any language, a trigger). On PostgreSQL one statement per
-call inserts every row and sends the notification ``hipq_wake``/``intake`` (as
-``hipq_enqueue()`` does), which PostgreSQL delivers once, at commit. The owner of
+call, ``SELECT hipq_enqueue_many(queue, jobs)``, inserts every row and sends the
+notification ``hipq_wake``/``intake`` (as ``hipq_enqueue()`` does), which PostgreSQL
+delivers once, at commit; the function runs as hipq's role (``SECURITY DEFINER``),
+so the caller's role needs EXECUTE on it and nothing on the intake table
+(docs/from-your-database.md, "Grants"). A job whose ``data`` and fields are over the
+limit the daemons stored (``api.max_body_bytes``) is refused at once: by the
+function on PostgreSQL (the driver's error, SQLSTATE 54000; the transaction is then
+aborted), by a :class:`ValueError` before anything is written on SQLite. The owner of
 the queue then ingests the rows with every rule of ``PUT /v1/jobs/{queue}/{id}``
 (id pattern, data limits, windows, idempotency: the same id and body again is
 nothing new). A row that breaks a rule (an unknown queue, a bad id, a conflict with
@@ -78,23 +84,20 @@ CHANNEL = "hipq_wake"  # hipq.store.notify.CHANNEL
 PAYLOAD = "intake"  # hipq.store.notify.INTAKE, as hipq_enqueue() sends it
 
 _COLUMNS = "queue, job_id, data, run_after, fields, enqueued_at"
-# PostgreSQL: one statement; the notification (a CTE evaluated once) and all rows
-# from one JSON document (a text parameter: no driver's jsonb codec in the way), in
-# the caller's order. now(): the transaction's start, as in hipq_enqueue().
-_POSTGRES = (
-    f"WITH wake AS MATERIALIZED (SELECT pg_notify('{CHANNEL}', '{PAYLOAD}'))"
-    f" INSERT INTO job_intake ({_COLUMNS})"
-    " SELECT CAST({queue} AS text), j.job->>'id', j.job->'data',"
-    " CAST(j.job->>'run_after' AS timestamptz), j.job->'fields', now()"
-    " FROM wake, jsonb_array_elements(CAST(CAST({jobs} AS text) AS jsonb))"
-    " WITH ORDINALITY AS j(job, n) ORDER BY j.n"
-)
+# PostgreSQL: one statement, the SECURITY DEFINER function hipq_enqueue_many() (its
+# checks, the rows in the caller's order and one notification), all rows in one JSON
+# document (a text parameter: no driver's jsonb codec in the way).
+_POSTGRES = ("SELECT hipq_enqueue_many(CAST({queue} AS text),"
+             " CAST(CAST({jobs} AS text) AS jsonb))")
 _POSTGRES_SQLALCHEMY = _POSTGRES.format(queue=":queue", jobs=":jobs")
 _POSTGRES_ASYNCPG = _POSTGRES.format(queue="$1", jobs="$2")
 _POSTGRES_PSYCOPG = _POSTGRES.format(queue="%(queue)s", jobs="%(jobs)s")
-# SQLite: one executemany; times as epoch seconds, JSON as text.
+# SQLite: one executemany; times as epoch seconds, JSON as text; first the limit the
+# daemons stored (hipq.store.records.INTAKE_LIMIT_KEY).
 _SQLITE = (f"INSERT INTO job_intake ({_COLUMNS}) VALUES"
            " (:queue, :job_id, :data, :run_after, :fields, :enqueued_at)")
+_SQLITE_LIMIT = "SELECT value FROM hipq_meta WHERE key = 'intake_max_bytes'"
+DEFAULT_LIMIT = 1_048_576  # hipq.store.records.INTAKE_MAX_BYTES: no daemon stored one
 
 # "\u0000" in JSON text that is not an escaped backslash followed by "u0000"
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -311,7 +314,7 @@ def _submitter(conn: Any) -> tuple[_Submit, bool]:
     if kind == "sqlalchemy_scoped":  # a registry: the session of this thread or task
         conn, kind = conn(), "sqlalchemy"
     if kind == "sqlalchemy":
-        return _sqlalchemy(conn), is_async
+        return _sqlalchemy(conn, is_async), is_async
     if kind == "asyncpg":
         return (lambda queue, rows: conn.execute(_POSTGRES_ASYNCPG, queue, _document(rows)),
                 is_async)
@@ -319,7 +322,7 @@ def _submitter(conn: Any) -> tuple[_Submit, bool]:
         _POSTGRES_PSYCOPG, {"queue": queue, "jobs": _document(rows)}), is_async)
 
 
-def _sqlalchemy(conn: Any) -> _Submit:
+def _sqlalchemy(conn: Any, is_async: bool) -> _Submit:
     bind = conn.get_bind() if hasattr(conn, "get_bind") else conn  # a session's engine
     dialect = bind.dialect.name
     if dialect == "postgresql":
@@ -327,9 +330,38 @@ def _sqlalchemy(conn: Any) -> _Submit:
         return lambda queue, rows: conn.execute(
             statement, {"queue": queue, "jobs": _document(rows)})
     if dialect == "sqlite":
-        statement = _sqlalchemy_text(_SQLITE)
-        return lambda queue, rows: conn.execute(statement, _sqlite_rows(queue, rows))
+        return _sqlite(conn, is_async)
     raise ValueError(f"hipq.sql works on PostgreSQL and SQLite, not {dialect}")
+
+
+def _sqlite(conn: Any, is_async: bool) -> _Submit:
+    """SQLite: the stored limit read, every row checked against it, then the rows."""
+    statement, limit = _sqlalchemy_text(_SQLITE), _sqlalchemy_text(_SQLITE_LIMIT)
+    if is_async:
+        async def write(queue: str, rows: list[_Row]) -> None:
+            _fit(rows, (await conn.execute(limit)).scalar())
+            await conn.execute(statement, _sqlite_rows(queue, rows))
+        return write
+
+    def write_now(queue: str, rows: list[_Row]) -> None:
+        _fit(rows, conn.execute(limit).scalar())
+        conn.execute(statement, _sqlite_rows(queue, rows))
+    return write_now
+
+
+def _fit(rows: list[_Row], stored: object) -> None:
+    """Raise ValueError for the first row over the stored limit (bytes of its data
+    and fields as JSON text, as the database measures them)."""
+    try:
+        limit = int(str(stored)) if stored is not None else DEFAULT_LIMIT
+    except ValueError:
+        limit = DEFAULT_LIMIT
+    for index, row in enumerate(rows):
+        size = len(row.data.encode()) + len(row.fields.encode())
+        if size > limit:
+            raise ValueError(f"jobs[{index}] (id {row.job_id[:200]!r}): its data and fields "
+                             f"are {size} bytes of JSON text, over the intake's limit of "
+                             f"{limit} bytes (api.max_body_bytes)")
 
 
 @functools.cache

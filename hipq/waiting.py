@@ -38,6 +38,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from hipq.jobs import Job
+from hipq.pause_scope import group_of
 from hipq.spec import QueueSpec
 from hipq.store.records import Backoff
 from hipq.throttling.quotas import DEFAULT_GROUP, QuotaPlan, field_value
@@ -139,7 +140,7 @@ def _backoff(facts: Facts) -> Waiting | None:
     pause = pauses.get(None)
     backoff = facts.queue.backoff
     if pause is None and backoff.scope == "group" and backoff.field is not None:
-        pause = pauses.get(field_value(job.data, backoff.field) or "")
+        pause = pauses.get(group_of(field_value(job.data, backoff.field) or ""))
     return None if pause is None else Waiting(WaitReason.BACKOFF, pause.reason, pause.until)
 
 

@@ -31,7 +31,8 @@ hypothesis.settings.load_profile(
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 TEMPLATE_DB = "hipq_template"
-BACKENDS = ["sqlite", "postgresql"]
+BACKENDS = ["sqlite", "postgresql"]  # the databases
+MEMORY = "memory"  # the store kept in memory (hipq.store.memory): a test double
 
 _db_numbers = itertools.count()
 
@@ -115,18 +116,48 @@ async def _pg_database(pg_url: str, template: str) -> AsyncIterator[str]:
         await _admin(pg_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sql_only: runs on the databases (BACKENDS) only, never on the store in "
+        "memory: the test reads what a SQL driver wrote in its tables, or checks its SQL")
+
+
 @pytest.fixture(params=BACKENDS, ids=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """The database a test runs on. PostgreSQL's server and template are resolved
-    here, in a sync fixture, so that the async fixtures below never have to."""
+    here, in a sync fixture, so that the async fixtures below never have to. A
+    folder whose tests run on the store in memory too (or instead) overrides this
+    fixture with :func:`backend_of` and parametrizes it (:func:`backends_for`)."""
+    return backend_of(request)
+
+
+def backend_of(request: pytest.FixtureRequest) -> str:
     if request.param == "postgresql":
         request.getfixturevalue("pg_template")
     return str(request.param)
 
 
+def backends_for(metafunc: pytest.Metafunc, default: list[str]) -> None:
+    """Parametrize the test's ``backend`` (for a folder whose ``backend`` fixture has
+    no params of its own): ``default``, or the databases alone for a test marked
+    ``sql_only`` or needing a database URL (``db_url``); left as it is where the test
+    names its backends itself (a ``parametrize`` mark on ``backend``)."""
+    if "backend" not in metafunc.fixturenames or any(
+            "backend" in str(mark.args[0]) for mark in
+            metafunc.definition.iter_markers("parametrize")):
+        return
+    names = (BACKENDS if metafunc.definition.get_closest_marker("sql_only")
+             or "db_url" in metafunc.fixturenames else default)
+    metafunc.parametrize("backend", names, indirect=True, ids=names)
+
+
 async def _migrated_url(backend: str, request: pytest.FixtureRequest,
                         tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh migrated database URL on ``backend``."""
+    """A fresh migrated database URL on ``backend`` (``memory://``: a new store at
+    each open)."""
+    if backend == MEMORY:
+        yield "memory://"
+        return
     if backend == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path}/hipq.db"
         await migrate_database(url)

@@ -27,6 +27,7 @@ from hipq.api.models import (
     BatchEnvelope,
     CallbackQuery,
     HealthOut,
+    HealthQuery,
     IntakeCounts,
     JobOut,
     QueueList,
@@ -42,6 +43,7 @@ from hipq.bodies import BatchItem, DataOnly, EnqueueRequest, ResponseRequest
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
+from hipq.responses.signing import connection_name
 from hipq.service import Hipq
 from hipq.store import InsertStatus, JobHistory, QueueRecord, QueueStats
 from hipq.values import MAX_DEPTH, json_problem
@@ -421,7 +423,9 @@ async def stats(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """Open to anyone: says only whether the database answers (the cause is logged)."""
+    """Open to anyone: says only whether the database answers (the cause is logged);
+    with ``?nonce=``, proves the signing key on this connection (docs/http-api.md)."""
+    nonce = read_query(request, HealthQuery).nonce
     try:
         await _service(request).store.ping()
     except Exception as exc:  # whatever the driver raised, the answer is the same
@@ -429,7 +433,19 @@ async def healthz(request: web.Request) -> web.Response:
                     extra={"action": "healthz_failed"})
         raise ApiError(503, "store_unavailable", "database unavailable") from None
     return reply(HealthOut(status="ok", database="ok",
-                           instance=request.app[DEPS].signer.instance()))
+                           instance=request.app[DEPS].signer.instance(),
+                           proof=None if nonce is None else _proof(request, nonce)))
+
+
+def _proof(request: web.Request, nonce: str) -> str | None:
+    """The signing key's answer to ``nonce`` on the connection it came on (its two
+    ends as this daemon sees them), so no one can relay it from another address."""
+    transport = request.transport
+    if transport is None:
+        return None
+    connection = connection_name(transport.get_extra_info("sockname"),
+                                 transport.get_extra_info("peername"))
+    return None if connection is None else request.app[DEPS].signer.prove(nonce, connection)
 
 
 def _archived_json(job: Job) -> str:

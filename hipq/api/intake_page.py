@@ -12,7 +12,10 @@ of JSON (at least one row), read from the store in chunks
 (:func:`~hipq.api.paging.collect_page`). The rows come from producers, not through
 the API's body checks, so any of their values may be large: a string (``queue``,
 ``id``, ``error``) or a value's JSON text (``data``, ``fields``) longer than
-:data:`VALUE_CHARS` characters is cut there and named in ``truncated``. The cursor
+:data:`VALUE_CHARS` characters is cut there by the database, before it is read, and
+named in ``truncated``. A time the store cannot read (an owner may store
+``infinity``) is shown as null; a row whose rejection time it cannot read is not
+listed (it is pruned: docs/from-your-database.md, "Limits"). The cursor
 is the last row's (rejected_at, id), encoded as the unmatched responses' cursor
 (:mod:`hipq.api.responses_page`); a bad one is a 400 ``invalid_cursor``.
 """
@@ -67,7 +70,7 @@ class IntakeRowOut(_Out):
     data: Any = None
     run_after: AwareDatetime | None
     fields: Any = Field(default=None, description="the other enqueue fields given")
-    enqueued_at: AwareDatetime
+    enqueued_at: AwareDatetime | None = Field(description="null: a time hipq cannot read")
     error: str | None = Field(description="why the row was rejected")
     rejected_at: AwareDatetime | None
     truncated: list[Cut] = Field(default_factory=list)
@@ -79,10 +82,13 @@ class IntakePageOut(_Out):
 
 
 def intake_row_out(row: IntakeRow) -> IntakeRowOut:
-    """The row's JSON with its large values cut (see the module docstring)."""
+    """The row's JSON with its large values cut (see the module docstring): by the
+    store (``row.cut``: given as the cut text), else here."""
     body = row.to_json()
-    cut: list[Cut] = []
+    cut: list[Cut] = [name for name in _CUT if name in row.cut]
     for name in _CUT:
+        if name in cut:
+            continue
         value = body[name]
         if name in _VALUES:
             text = _json_text(value)
@@ -93,6 +99,7 @@ def intake_row_out(row: IntakeRow) -> IntakeRowOut:
         if text is None or len(text) > VALUE_CHARS:
             body[name] = (text or "")[:VALUE_CHARS]
             cut.append(name)
+    cut.sort(key=_CUT.index)
     return IntakeRowOut.model_validate(body | {"truncated": cut})
 
 
@@ -109,7 +116,8 @@ async def rejected_rows(request: web.Request) -> web.Response:
     store = request.app[DEPS].service.store
 
     async def read(limit: int, after: tuple[datetime, int] | None) -> list[IntakeRow]:
-        return await store.intake_rejected_page(limit=limit, queue=query.queue, after=after)
+        return await store.intake_rejected_page(limit=limit, queue=query.queue, after=after,
+                                                value_chars=VALUE_CHARS)
 
     page, last, more = await collect_page(
         read, _row_json, _row_key, limit=query.limit,

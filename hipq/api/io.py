@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from datetime import datetime
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 
 from hipq.api.api_errors import ApiError
 from hipq.api.cursors import ARCHIVED_CURSOR, time_of, time_text
+from hipq.api.deps import DEPS
 from hipq.api.json_types import type_problem
 from hipq.values import MAX_DEPTH, json_problem
 
@@ -70,9 +72,14 @@ def check_value(value: Any, *, max_depth: int = BODY_DEPTH) -> Any:
 async def read_json(request: web.Request, *, empty: Any = None, check: bool = True) -> Any:
     """The body as JSON (``empty`` if there is none), checked by :func:`check_value`
     unless ``check`` is False (a batch checks its items one by one). A body over the
-    app's ``client_max_size`` raises 413 from aiohttp; the middleware answers it."""
+    app's ``client_max_size`` raises 413 from aiohttp; the middleware answers it. A
+    body that has not arrived within ``api.body_timeout_seconds`` is a 408."""
     refuse_simple_content_type(request)
-    raw = await request.read()
+    try:  # a body trickled in holds a connection: bounded (hipq/api/connections.py)
+        async with asyncio.timeout(request.app[DEPS].config.body_timeout_seconds):
+            raw = await request.read()
+    except TimeoutError:
+        raise ApiError(408, "request_timeout", "the body did not arrive in time") from None
     if not raw.strip():
         if empty is None:
             raise ApiError(400, "invalid_json", "a JSON body is required")

@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 from hipq.api.cursors import ARCHIVED_CURSOR, ROW_CURSOR, cursor_param
 from hipq.bodies import BatchItem
 from hipq.config import QueueConfig
+from hipq.responses.signing import NONCE_PATTERN
 
 MAX_BATCH = 10_000
 PAUSES_SHOWN = 100  # a queue's partner pauses in its JSON: the soonest to end
@@ -114,8 +115,9 @@ class BackoffOut(_Out):
     """A partner's pause in force (SPEC 15): no job of its scope launches before
     ``until``."""
 
-    group: str | None = Field(description="the value at backoff.field of the jobs paused; "
-                              "null: the whole queue")
+    group: str | None = Field(description="the value at backoff.field of the jobs paused "
+                              "(one over 128 characters: its first 128, '…sha256:' and the "
+                              "SHA-256 of the whole value in hex); null: the whole queue")
     until: AwareDatetime
     reason: str = Field(description='why, e.g. "HTTP 429 from https://partner.example" or '
                         '"budget spent"')
@@ -245,13 +247,26 @@ class StatsOut(_Out):
                                  "(SPEC 16: enqueue from SQL) in all, every queue")
 
 
+class HealthQuery(BaseModel):
+    # other query parameters are let be: a monitor may add one of its own
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
+    nonce: str | None = Field(
+        default=None, pattern=NONCE_PATTERN, description="a random nonce (lowercase hex, "
+        "32 to 128 digits): the answer's proof shows this daemon holds the database's "
+        "signing key (docs/http-api.md, \"/healthz\")")
+
+
 class HealthOut(_Out):
     status: str
     database: str
     instance: str | None = Field(
-        default=None, description="names the database this daemon works on (an HMAC of "
-                                  "a constant with its signing key: no secret); a CLI "
-                                  "compares it with its own before enqueuing through it")
+        default=None, description="names the database this daemon works on: a random id "
+                                  "kept in it (no secret, and no proof of anything)")
+    proof: str | None = Field(
+        default=None, description="with ?nonce=: HMAC-SHA256 (hex) of the nonce and of "
+                                  "this TCP connection's two ends, under a key derived "
+                                  "from the signing key; the CLI checks it before it "
+                                  "sends a token")
 
 
 class AnyObject(RootModel[dict[str, Any]]):

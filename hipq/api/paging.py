@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this much JSON
+PAGE_BYTES = 4 * 1024 * 1024  # a list page stops growing past this many bytes of JSON
 FETCH_CHUNK = 50  # items read from the store at a time, at most
 FIRST_CHUNK = 8  # items of the first read (their size sizes the next reads)
 
@@ -35,11 +35,12 @@ async def collect_page(read: Callable[[int, Key | None], Awaitable[Sequence[Item
         more = len(items) > want
         for item in items[:want]:
             text = render(item)
-            if page and size + len(text) > PAGE_BYTES:
+            length = len(text.encode())  # bytes, not characters: UTF-8 takes up to 4
+            if page and size + length > PAGE_BYTES:
                 more = full = True
                 break
             page.append(text)
-            size += len(text)
+            size += length
             last = item
         key = None if last is None else key_of(last)
         if key is not None:

@@ -25,6 +25,7 @@ from hipq.api.models import (
     CallbackQuery,
     ErrorOut,
     HealthOut,
+    HealthQuery,
     JobOut,
     QueueList,
     QueueOut,
@@ -60,7 +61,8 @@ R, P, A = Role.READER, Role.PRODUCER, Role.ADMIN
 
 ROUTES: tuple[Route, ...] = (
     Route(method="GET", path="/healthz", handler=h.healthz, role=None, tags=("operations",),
-          summary="Liveness and database check", answers={200: HealthOut}),
+          summary="Liveness and database check; with ?nonce=, the daemon's proof that it "
+          "holds the database's signing key", query=HealthQuery, answers={200: HealthOut}),
     Route(method="GET", path="/", handler=dashboard.dashboard, role=None, tags=("operations",),
           summary="The dashboard page (its data needs a token)", answers={200: "text/html"}),
     Route(method="GET", path="/dashboard/app.js", handler=dashboard.script, role=None,
@@ -101,7 +103,8 @@ ROUTES: tuple[Route, ...] = (
           "at the owner's next tick)", answers={200: JobOut, 202: JobOut}),
     Route(method="POST", path="/v1/jobs/{queue}/{id}", handler=h.report_status, role=P,
           tags=("responses",), summary="Status callback for the running attempt "
-          "(stale attempt: 409)", body=ResponseRequest, answers={202: AcceptedOut}),
+          "(stale attempt: 409; a throttled status gives the try back and pauses nothing)",
+          body=ResponseRequest, answers={202: AcceptedOut}),
     Route(method="POST", path="/v1/jobs/{queue}/{id}/replay", handler=h.replay_job, role=P,
           tags=("jobs",), summary="Replay a finished job as a new job",
           answers={201: JobOut}),

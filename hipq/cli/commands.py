@@ -27,6 +27,7 @@ from hipq.daemon import Daemon, settle_heap
 from hipq.engine.leases import timing_warnings
 from hipq.engine.throttle import build_throttler
 from hipq.errors import ConfigError, HipqError, StoreError
+from hipq.log import printable
 from hipq.responses.signing import load_signer
 from hipq.retry import build_retry
 from hipq.schedules import check_schedules
@@ -138,6 +139,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 async def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     async def done(store: Store) -> int:
+        await store.intake_limit_set(settings.api.max_body_bytes)  # hipq_enqueue()'s limit
         service = Hipq(store)
         for queue in settings.queues:
             await service.create_queue(queue)
@@ -224,11 +226,15 @@ async def _enqueue(args: argparse.Namespace, settings: Settings) -> int:
     job_id = args.id or new_job_id()  # the same id if the daemon's path falls through
 
     async def enqueue(store: Store) -> Enqueued:
-        instance = (await load_signer(store, settings.signing_key)).instance()
+        signer = await load_signer(store, settings.signing_key)
         sent = await enqueue_via_daemon(settings, args.queue, job_id,
                                         request.model_dump(mode="json", exclude_unset=True),
-                                        instance=instance)
-        return sent or await _enqueue_direct(store, settings, args.queue, job_id, request)
+                                        signer=signer)
+        if isinstance(sent, Enqueued):
+            return sent
+        if sent.warning is not None:  # said before the outcome, which may be an error
+            sys.stderr.write(f"warning: {printable(sent.warning)}\n")
+        return await _enqueue_direct(store, settings, args.queue, job_id, request)
 
     sent = await with_store(settings, enqueue)
     sys.stdout.write(json.dumps({"id": sent.id, "status": sent.status}) + "\n")

@@ -251,13 +251,19 @@ async def _prune(args: argparse.Namespace, settings: Settings) -> int:
             else args.older_than_days)
     before = SystemClock().now() - timedelta(days=days)
 
-    async def prune(store: Store) -> int:
+    async def prune(store: Store) -> tuple[int, int]:
         total, pruned = 0, PRUNE_BATCH
         while pruned == PRUNE_BATCH:  # small batches: no long transaction
             pruned = await store.archive_prune(before=before, limit=PRUNE_BATCH)
             total += pruned
-        return total
+        rejected, pruned = 0, PRUNE_BATCH
+        while pruned == PRUNE_BATCH:  # rejected intake rows (docs/from-your-database.md)
+            pruned = await store.intake_prune(before=before, now=SystemClock().now(),
+                                              limit=PRUNE_BATCH)
+            rejected += pruned
+        return total, rejected
 
-    total = await with_store(settings, prune)
+    total, rejected = await with_store(settings, prune)
     _print(f"pruned {total} archived job(s) finished before {before:%Y-%m-%d %H:%M:%S} UTC")
+    _print(f"pruned {rejected} rejected intake row(s)")
     return 0

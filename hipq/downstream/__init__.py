@@ -17,8 +17,9 @@ a partner-facing worker about ten lines.
 raises :class:`Fail` for a failure (``retryable=False`` by default), or raises
 anything else for a retryable failure.
 
-Both are safe to expose: ``callback_app`` posts outcomes only to callback URLs on
-the hipq daemons it is given (``hipq_urls``; 403 for any other), follows no
+Both are safe to expose: ``callback_app`` posts outcomes only to hipq's signed
+response route (``/v1/responses/{key}?...sig=...``) on the hipq daemons it is given
+(``hipq_urls``; 403 for any other URL, and for any other path of hipq's), follows no
 redirects, gives up on an outcome after ``callback_deadline_seconds``, bounds its
 pending launches (``max_pending``: 503) and can require hipq's credentials
 (``auth``: 401); ``KafkaResponder`` skips (and logs) a record it cannot read. No

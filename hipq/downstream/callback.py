@@ -17,8 +17,12 @@ Safe to expose (docs/security.md). Before anything runs, a launch is refused:
   20,000-job burst had 11,000 pending here), so keep ``max_pending`` above what
   the queues launching here may have running;
 * 400 ``bad_launch`` for a body that is not a launch or has no ``callback_url``;
-* 403 ``callback_not_allowed`` when its ``callback_url`` is not on one of the
-  hipq origins given as ``hipq_urls`` (see :mod:`hipq.downstream._guard`).
+* 403 ``callback_not_allowed`` when its ``callback_url`` is not hipq's signed
+  response route (``<base>/v1/responses/{key}?...sig=...``) on one of the hipq
+  origins given as ``hipq_urls``: another host, or another path of hipq's own such
+  as a pause, replay or status route, a dot segment or an extra segment (see
+  :mod:`hipq.downstream._guard`). Outcomes and heartbeats go only to that checked
+  URL, as parsed.
 
 Delivery: the outcome is retried with back-off (0.1 s doubling to 5 s) until hipq
 answers 2xx (stored) or 409 (a stale or finished try: nothing more to say). A 4xx
@@ -155,11 +159,13 @@ class CallbackWorker:
             return _refusal(400, "bad_launch", "the launch has no callback_url")
         target = self.origins.target(launch.callback_url)
         if target is None:
-            log.warning("refused launch %r/%r: its callback URL is not on a hipq origin "
-                        "this downstream was given", launch.queue, launch.id,
-                        extra={"action": "callback_not_allowed"})
+            log.warning("refused launch %r/%r: its callback URL is not hipq's signed "
+                        "response route on a hipq origin this downstream was given",
+                        launch.queue, launch.id, extra={"action": "callback_not_allowed"})
             return _refusal(403, "callback_not_allowed",
-                            "the callback_url is not on a hipq origin this downstream serves")
+                            "the callback_url is not hipq's signed response route "
+                            "(/v1/responses/{key}?sig=...) on a hipq origin this downstream "
+                            "serves")
         task = asyncio.create_task(self._run(launch, target))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

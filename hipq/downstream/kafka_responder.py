@@ -6,7 +6,11 @@ fetched batch, in the order fetched), produces each outcome to ``response_topic`
 ``Hipq-Correlation-Key`` header (or, with ``correlation_header=False``, without it:
 for a queue that matches responses by a template over the value, e.g.
 ``{value.result.orderId}``), waits for the
-broker's acknowledgements, and only then commits the batch's offsets. A responder
+broker's acknowledgements, and only then commits the batch's offsets. Each
+response also carries the launch's ``Hipq-Signature`` header as it came, so a hipq
+with ``kafka.require_signed_responses`` takes it (docs/kafka.md, "Signed
+responses"): the responder never holds hipq's signing key, and the signature names
+that try of that job only, so it completes nothing else. A responder
 that dies before the commit handles those launches again after a restart; hipq
 applies a repeated response once.
 
@@ -28,13 +32,14 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from hipq.downstream._launch import BadLaunch, Handler, Launch, encode_outcome, outcome
 
 log = logging.getLogger(__name__)
 
 CORRELATION_HEADER = "Hipq-Correlation-Key"
+SIGNATURE_HEADER = "Hipq-Signature"  # copied from the launch onto its response
 POLL_MS = 200
 MAX_RECORDS = 2000
 COMMIT_SECONDS = 10.0  # an offset commit longer than this: reconnect
@@ -129,7 +134,7 @@ class KafkaResponder:
     async def _answer(self, producer: Any, records: Sequence[Any]) -> None:
         # ``concurrency`` workers share the batch (not a task per record): a handler
         # that never waits costs no task, one that waits lets the others go on
-        bodies: list[tuple[bytes, bytes] | None] = [None] * len(records)
+        bodies: list[Answer | None] = [None] * len(records)
         todo = iter(enumerate(records))
 
         async def work() -> None:
@@ -138,15 +143,15 @@ class KafkaResponder:
 
         await asyncio.gather(*(work() for _ in range(min(self.concurrency, len(records)))))
         topic, header = self.response_topic, self.correlation_header
-        acks = [await producer.send(topic, value=value,
-                                    headers=[(CORRELATION_HEADER, key)] if header else None)
-                for key, value in filter(None, bodies)]
+        acks = [await producer.send(topic, value=answer.value,
+                                    headers=answer.headers(correlation=header))
+                for answer in filter(None, bodies)]
         await asyncio.gather(*acks)
         self.handled += len(acks)
 
-    async def _handle(self, record: Any) -> tuple[bytes, bytes] | None:
-        """(correlation key, response value) for a launch record; None for a record
-        that cannot be read (logged and skipped)."""
+    async def _handle(self, record: Any) -> Answer | None:
+        """The response to a launch record; None for a record that cannot be read
+        (logged and skipped)."""
         try:
             launch, key = _read_launch(record)
         except UNREADABLE as exc:
@@ -154,7 +159,24 @@ class KafkaResponder:
                         record.topic, record.partition, record.offset, type(exc).__name__,
                         exc, extra={"action": "bad_launch"})
             return None
-        return key, encode_outcome(await outcome(self.handler, launch))
+        signature = dict(record.headers or ()).get(SIGNATURE_HEADER)
+        return Answer(key, encode_outcome(await outcome(self.handler, launch)),
+                      signature if isinstance(signature, bytes) else None)
+
+
+class Answer(NamedTuple):
+    """A response to produce: the launch's correlation key and signature (as they
+    came) and the encoded outcome."""
+
+    key: bytes
+    value: bytes
+    signature: bytes | None
+
+    def headers(self, *, correlation: bool) -> list[tuple[str, bytes]] | None:
+        headers = [(CORRELATION_HEADER, self.key)] if correlation else []
+        if self.signature is not None:
+            headers.append((SIGNATURE_HEADER, self.signature))
+        return headers or None
 
 
 def _read_launch(record: Any) -> tuple[Launch, bytes]:

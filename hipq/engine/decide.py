@@ -188,17 +188,56 @@ def outcome_lost() -> Outcome:
     return Outcome(status=JobState.FAILED, error=lost_error())
 
 
+# The key of a throttled or timed-out try's error data that says whether the partner
+# said it, so may act beyond its job: pause its scope, lower the adaptive limit
+# (docs/throttling.md, "Who may pause, and for how long"). Set here on every such
+# error made from an answer, over whatever the answer held.
+FROM_PARTNER = "from_partner"
+_BEYOND_THE_JOB = frozenset({ErrorKind.THROTTLED.value, ErrorKind.TIMEOUT.value})
+
+
+def said_by_partner(row: InboxRow) -> bool:
+    """Whether a response is the partner's own word: a Kafka response (applied only
+    to the running try it matches) or one on the try's signed callback URL (it
+    carries the try's token). Not one sent with an API token (the status route
+    ``POST /v1/jobs/{queue}/{id}``, the templated ``/v1/inbox/{queue}``, the Python
+    API): a producer names its own job's group, so its word pauses nothing."""
+    return row.source == "kafka" or (row.source == "http" and row.token is not None)
+
+
+def may_pause(error: JobError) -> bool:
+    """Whether a throttled try's error is the partner's word (pauses its scope and
+    is learned from), not a producer's (gives back its own try only)."""
+    data = error.data
+    return isinstance(data, dict) and data.get(FROM_PARTNER) is True
+
+
+def may_slow_down(error: JobError) -> bool:
+    """Whether a timed-out try lowers the adaptive limit: hipq's own deadline passed
+    (:func:`outcome_timeout`: no data), or the partner said so; not a producer's
+    ``failed`` status of kind ``timeout``."""
+    return error.data is None or may_pause(error)
+
+
+def _said(kind: str, data: dict[str, Any], *, partner: bool) -> dict[str, Any]:
+    """A failed answer's error data; one of kind ``throttled`` or ``timeout`` (which
+    act beyond the job) says who said it, whatever it held under that key."""
+    return {**data, FROM_PARTNER: partner} if kind in _BEYOND_THE_JOB else data
+
+
 def outcome_from_launch(outcome: LaunchOutcome | None, error: JobError | None) -> Outcome:
     """A target's immediate answer (``outcome``), or the error its launch raised."""
     if outcome is None:
         error = error or JobError(kind=ErrorKind.TRANSPORT)
+        data = {"kind": error.kind, "detail": error.detail}
         return Outcome(status=JobState.FAILED, response={"source": "launch"},
-                       error=replace(error, data={"kind": error.kind, "detail": error.detail}))
+                       error=replace(error, data=_said(error.kind, data, partner=True)))
     assert isinstance(outcome, Completed)
     if outcome.status == ResponseStatus.THROTTLED:
         raw = outcome.error if isinstance(outcome.error, dict) else {}
         return Outcome(status=JobState.FAILED, response={"source": "target"},
-                       error=throttled_error(str(raw.get("detail") or "throttled"), raw))
+                       error=throttled_error(str(raw.get("detail") or "throttled"),
+                                             {**raw, FROM_PARTNER: True}))
     if outcome.status == ResponseStatus.SUCCEEDED:
         return Outcome(status=JobState.SUCCEEDED, result=outcome.result,
                        response={"source": "target"})
@@ -206,10 +245,11 @@ def outcome_from_launch(outcome: LaunchOutcome | None, error: JobError | None) -
            else {"detail": str(outcome.error or "")})
     raw = {"kind": outcome.kind, **raw}
     detail = raw.get("detail") or raw.get("message") or ""
+    kind = str(raw.get("kind") or ErrorKind.RESPONSE_FAILED)
     return Outcome(status=JobState.FAILED, result=outcome.result, response={"source": "target"},
-                   error=JobError(kind=str(raw.get("kind") or ErrorKind.RESPONSE_FAILED),
-                                  detail=str(detail), retryable=outcome.retryable is not False,
-                                  data=raw))
+                   error=JobError(kind=kind, detail=str(detail),
+                                  retryable=outcome.retryable is not False,
+                                  data=_said(kind, raw, partner=True)))
 
 
 def outcome_from_row(row: InboxRow) -> Outcome:
@@ -219,19 +259,23 @@ def outcome_from_row(row: InboxRow) -> Outcome:
                        response={"source": row.source})
     if row.status == ResponseStatus.CANCELLED:
         return Outcome(status=JobState.CANCELLED, error=cancelled_error())
+    partner = said_by_partner(row)
     if row.status == ResponseStatus.THROTTLED:
-        data: dict[str, Any] = {"source": row.source}
+        data: dict[str, Any] = {"source": row.source, FROM_PARTNER: partner}
         if row.extend_seconds is not None:  # the inbox's seconds: retry_after_seconds here
             data["retry_after"] = row.extend_seconds
-        return Outcome(status=JobState.FAILED, error=throttled_error(
-            f"throttled by the partner ({row.source} response)", data),
-            response={"source": row.source})
+        detail = (f"throttled by the partner ({row.source} response)" if partner else
+                  f"throttled by a {row.source} response sent with an API token "
+                  "(this try is given back; nothing is paused)")
+        return Outcome(status=JobState.FAILED, error=throttled_error(detail, data),
+                       response={"source": row.source})
     raw = row.error if isinstance(row.error, dict) else {}
     detail = raw.get("detail") or raw.get("message") or (row.error if isinstance(row.error, str)
                                                          else "")
-    error = JobError(kind=str(raw.get("kind") or ErrorKind.RESPONSE_FAILED), detail=str(detail),
-                     retryable=row.retryable is not False,
-                     data=row.error if not isinstance(row.error, str) else None)
+    kind = str(raw.get("kind") or ErrorKind.RESPONSE_FAILED)
+    error = JobError(kind=kind, detail=str(detail), retryable=row.retryable is not False,
+                     data=(_said(kind, raw, partner=partner) if isinstance(row.error, dict)
+                           else None if isinstance(row.error, str) else row.error))
     return Outcome(status=JobState.FAILED, result=row.result, error=error,
                    response={"source": row.source})
 

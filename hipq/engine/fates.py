@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from hipq.engine.decide import change_for
+from hipq.engine.decide import change_for, may_pause, may_slow_down, throttled_in_a_row
 from hipq.engine.held import HeldTry
 from hipq.engine.result import Counters
 from hipq.engine.selection import scope
@@ -70,7 +70,8 @@ def _partner_heard(engine: Reconciler, held: HeldTry, spec: QueueSpec | None,
                    now: datetime) -> datetime | None:
     """What an ended try tells of the partner: a success may end its scope's streak
     and grows the adaptive limit; a timeout lowers it; a throttled try pauses its
-    scope (returns when the pause ends)."""
+    scope (returns when the pause ends), or, reported by a producer rather than the
+    partner, only its own job waits (returns until when)."""
     outcome = held.outcome
     if spec is None or outcome is None or held.queue not in engine.held:
         return None
@@ -82,12 +83,16 @@ def _partner_heard(engine: Reconciler, held: HeldTry, spec: QueueSpec | None,
     if error is None:
         return None
     if error.kind == ErrorKind.TIMEOUT:
-        partner.slow_down(spec, held.launched_at, now)
+        if may_slow_down(error):  # not a producer's "failed" of kind timeout
+            partner.slow_down(spec, held.launched_at, now)
         return None
     if error.kind != ErrorKind.THROTTLED:
         return None
-    held_scope = held.scope if held.job is None else scope(spec, held.job)
     data = error.data if isinstance(error.data, dict) else {}
+    if not may_pause(error):  # a producer's word: its own try only (docs/throttling.md)
+        return partner.given_back(spec, data.get("retry_after"),
+                                  throttled_in_a_row(held.job) + 1, now)
+    held_scope = held.scope if held.job is None else scope(spec, held.job)
     return partner.throttled(spec, held_scope, held.launched_at, data.get("retry_after"),
                              error.detail or "throttled", now)
 

@@ -4,14 +4,18 @@ it launches to, kept in memory for the tick and in the database for every daemon
 Per held queue:
 
 * **pauses**, one per scope (the whole queue, or one group: the value at
-  ``backoff.field``): a throttled try pauses its scope until the time the partner
-  gave (never sooner than ``backoff.initial_seconds``), else
+  ``backoff.field``): a throttled try the partner reported (its answer to the
+  launch, the try's signed callback, a Kafka response: ``decide.may_pause``) pauses
+  its scope until the time the partner gave (never sooner than
+  ``backoff.initial_seconds``, never later than ``backoff.max_partner_seconds``), else
   ``backoff.initial_seconds`` doubling per throttled try in a row of the
   scope (a *streak*), up to ``backoff.max_seconds``; a success that says the
   budget is spent pauses it until the reset. A try counts in the streak only if it
   was launched after the scope's pause began (strictly): the tries already in flight
   when the partner first said "not now" say it again without doubling anything. A
   success of the scope ends the row (the pause in force stands; a passed one goes).
+  A throttled try a producer reported with its API token pauses nothing: its job
+  alone waits (:meth:`PartnerWord.given_back`).
 * **the adaptive limit** (``adaptive``): AIMD on the effective concurrency. A
   throttled or timed-out try multiplies it by ``decrease`` (not below ``min``),
   once per round: only a try launched after the last decrease lowers it again (the
@@ -33,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.engine.requests import Plan, call
+from hipq.pause_scope import group_of
 from hipq.retry import partner_time
 from hipq.spec import QueueSpec
 from hipq.store.records import Backoff, QueueRecord, QueueState
@@ -52,6 +57,21 @@ def effective_limit(concurrency: int | None, adaptive_min: int | None,
     if concurrency is None or adaptive_min is None or learned is None:
         return concurrency
     return max(adaptive_min, min(concurrency, math.floor(learned + 1e-9)))
+
+
+def _time_given(spec: QueueSpec, given: Any, streak: int, now: datetime) -> datetime:
+    """When a throttled try's scope (or job) may launch again: the time ``given``
+    (:func:`hipq.retry.partner_time`: seconds or an aware ISO time), at most
+    ``backoff.max_partner_seconds`` away; without one, ``backoff.initial_seconds``
+    doubling per throttled try in a row (``streak``) up to ``backoff.max_seconds``.
+    Never sooner than the initial back-off: "Retry-After: 0" is no hot loop."""
+    backoff = spec.backoff
+    until = partner_time(given, now, cap=backoff.max_partner_seconds)
+    if until is None:
+        seconds = min(backoff.initial_seconds * 2.0 ** min(max(streak - 1, 0), 60),
+                      backoff.max_seconds)
+        return now + timedelta(seconds=seconds)
+    return max(until, now + timedelta(seconds=backoff.initial_seconds))
 
 
 class PartnerWord:
@@ -131,10 +151,11 @@ class PartnerWord:
 
     @staticmethod
     def scope_of(spec: QueueSpec, value: str | None) -> str | None:
-        """The scope a job's try belongs to: None (the queue) or its group's value."""
+        """The scope a job's try belongs to: None (the queue) or its group: the value
+        in its bounded, exact form (:func:`hipq.pause_scope.group_of`)."""
         if spec.backoff.scope != "group":
             return None
-        return "" if value is None else value
+        return group_of("" if value is None else value)
 
     def queue_pause(self, queue: str, now: datetime) -> Backoff | None:
         """The queue-wide pause in force, if any."""
@@ -178,14 +199,7 @@ class PartnerWord:
         old = pauses.get(scope)
         new_round = old is None or launched_at is None or launched_at > old.since
         streak = (1 if old is None else old.streak + 1) if new_round else old.streak  # type: ignore[union-attr]
-        backoff = spec.backoff
-        until = partner_time(partner, now)
-        if until is None:
-            seconds = min(backoff.initial_seconds * 2.0 ** min(max(streak - 1, 0), 60),
-                          backoff.max_seconds)
-            until = now + timedelta(seconds=seconds)
-        else:  # never sooner than the initial back-off: "Retry-After: 0" is no hot loop
-            until = max(until, now + timedelta(seconds=backoff.initial_seconds))
+        until = _time_given(spec, partner, streak, now)
         if old is not None and old.until > until:
             until = old.until
         since = now if new_round or old is None else old.since
@@ -198,9 +212,23 @@ class PartnerWord:
         self.slow_down(spec, launched_at, now)
         return until
 
+    def given_back(self, spec: QueueSpec, given: Any, in_a_row: int,
+                   now: datetime) -> datetime:
+        """A throttled try a producer reported with its API token, not the partner
+        (docs/throttling.md, "Who may pause, and for how long"): when its job alone
+        may launch again. The time ``given`` is capped as a partner's is; without one,
+        ``backoff.initial_seconds`` doubling per throttled try of the job in a row
+        (``in_a_row``). No scope is paused, the adaptive limit is left alone: a
+        producer names its own job's group, so its word could stop other tenants."""
+        state = self._state(spec.id)
+        state.throttled_total += 1
+        self._dirty_states.add(spec.id)
+        return _time_given(spec, given, in_a_row, now)
+
     def spent(self, spec: QueueSpec, scope: str | None, partner: Any, now: datetime) -> None:
-        """A success that says the budget is spent until the reset: pause till then."""
-        until = partner_time(partner, now)
+        """A success that says the budget is spent until the reset: pause till then
+        (at most ``backoff.max_partner_seconds`` away)."""
+        until = partner_time(partner, now, cap=spec.backoff.max_partner_seconds)
         if until is None or until <= now:
             return
         pauses = self._pauses.setdefault(spec.id, {})

@@ -50,6 +50,12 @@ Should an insert still fail for a reason other than the database being down,
 the batch is written message by message and the ones that fail are skipped the
 same way: one bad message never stalls the partition.
 
+With ``kafka.require_signed_responses`` (docs/kafka.md, "Signed responses"), a
+response without its launch's ``Hipq-Signature`` for its key (or with another
+``attempt``) is *forged*: counted, logged (never the header) and skipped; a signed
+one goes to the inbox with the signed attempt and token, so it applies to that try
+of that job only (as a signed callback URL's). Without it the header is not read.
+
 Connection loss: the consumer reconnects with a doubling back-off
 (``reconnect_backoff_seconds`` .. ``reconnect_backoff_max_seconds``); the daemon
 keeps running meanwhile. Test hook: a consumer built with ``pause_file`` (a
@@ -78,6 +84,7 @@ from hipq.config import CorrelationConfig, KafkaConfig, KafkaResponseFields
 from hipq.errors import HipqError, TransientStoreError
 from hipq.paths import MISSING, lookup
 from hipq.responses.correlation import TemplateError, response_key
+from hipq.responses.signing import Signer
 from hipq.store import InboxRow, Response, Store
 from hipq.store.records import written_rows
 from hipq.values import INT32_MAX, json_problem, text_problem
@@ -90,6 +97,7 @@ log = logging.getLogger(__name__)
 CORRELATION_HEADER = "Hipq-Correlation-Key"
 QUEUE_HEADER = "Hipq-Queue"
 ATTEMPT_HEADER = "Hipq-Attempt"
+SIGNATURE_HEADER = "Hipq-Signature"
 MAX_KEY_CHARS = 500  # a correlation key longer than this is malformed
 POLL_TIMEOUT_MS = 500
 BUSY_SECONDS = 2.0  # the short fetch wait holds this long after the last message
@@ -102,6 +110,10 @@ Batches = Mapping[TopicPartition, Sequence[Any]]  # a poll's records by partitio
 
 class MalformedMessage(ValueError):
     """A response message that cannot be turned into a response."""
+
+
+class ForgedResponse(MalformedMessage):
+    """With ``require_signed_responses``: no valid signature for its key and attempt."""
 
 
 class NoCorrelationKey(MalformedMessage):
@@ -119,6 +131,7 @@ class ConsumerStats:
     inserted: int = 0
     duplicates: int = 0  # already in the inbox (re-delivered after a crash or rebalance)
     malformed: int = 0  # skipped: not a response hipq can store
+    forged: int = 0  # skipped: no valid signature, with require_signed_responses
     commits: int = 0
     commit_failures: int = 0
     connects: int = 0
@@ -126,12 +139,15 @@ class ConsumerStats:
 
 
 class ResponseParser:
-    """Turns one consumer record into a :class:`Response` (pure: no I/O)."""
+    """Turns one consumer record into a :class:`Response` (pure: no I/O). With a
+    ``signer``, only a response signed for its key's try (see the module doc)."""
 
     def __init__(self, fields: KafkaResponseFields,
-                 correlations: Mapping[str, CorrelationConfig] | None = None) -> None:
+                 correlations: Mapping[str, CorrelationConfig] | None = None, *,
+                 signer: Signer | None = None) -> None:
         self.fields = fields
         self.correlations = dict(sorted((correlations or {}).items()))
+        self.signer = signer
 
     def parse(self, record: Any) -> Response:
         headers = _headers(record.headers)
@@ -139,11 +155,27 @@ class ResponseParser:
         key = None if record.key is None else bytes(record.key).decode("utf-8", "replace")
         correlation_key = _storable_key(self._correlation_key(key, value, headers))
         response = _fast_fields(value, headers, self.fields) or self._fields(value, headers)
-        return Response(correlation_key=correlation_key, attempt=response.attempt,
+        attempt, token = response.attempt, None
+        if self.signer is not None:
+            attempt, token = self._signed_try(correlation_key, attempt, headers)
+        return Response(correlation_key=correlation_key, attempt=attempt,
                         status=response.status, retryable=response.retryable,
                         result=response.result, error=response.error,
                         extend_seconds=response.seconds, source="kafka",
-                        dedup_key=dedup_key(record))
+                        dedup_key=dedup_key(record), token=token)
+
+    def _signed_try(self, correlation_key: str, attempt: int | None,
+                    headers: Mapping[str, str]) -> tuple[int, str]:
+        """(attempt, token) that the message's signature was issued for."""
+        assert self.signer is not None
+        signed = self.signer.signed_try(correlation_key, headers.get(SIGNATURE_HEADER, ""))
+        if signed is None:
+            raise ForgedResponse(f"no valid {SIGNATURE_HEADER} header for its correlation "
+                                 "key (kafka.require_signed_responses)")
+        if attempt is not None and attempt != signed[0]:
+            raise ForgedResponse(f"its attempt {attempt} is not the one its "
+                                 f"{SIGNATURE_HEADER} was issued for")
+        return signed
 
     def _correlation_key(self, key: str | None, value: dict[str, Any],
                          headers: dict[str, str]) -> str:
@@ -319,13 +351,17 @@ class KafkaResponseConsumer:
     """Consumes ``kafka.response_topics`` into the inbox until :meth:`stop`."""
 
     def __init__(self, config: KafkaConfig, store: Store, *, clock: Clock | None = None,
-                 engine: EngineLink | None = None, pause_file: str | None = None) -> None:
+                 engine: EngineLink | None = None, pause_file: str | None = None,
+                 signer: Signer | None = None) -> None:
+        if config.require_signed_responses and signer is None:
+            raise ValueError("kafka.require_signed_responses needs the daemon's signer")
         self.config = config
         self.store = store
         self.clock = clock or SystemClock()
         self.engine = engine  # told of the inbox rows a batch became, once committed
         self.stats = ConsumerStats()
-        self.parser = ResponseParser(config.response_fields)
+        self.parser = ResponseParser(
+            config.response_fields, signer=signer if config.require_signed_responses else None)
         self.assigned = asyncio.Event()  # set once the group gave us partitions
         self._pause_file = pause_file
         self._stopping = asyncio.Event()
@@ -546,6 +582,12 @@ class KafkaResponseConsumer:
             return None
 
     def _parse_failed(self, record: Any, exc: MalformedMessage) -> None:
+        if isinstance(exc, ForgedResponse):
+            self.stats.forged += 1
+            log.warning("dropping a Kafka response without a valid signature at %s/%d "
+                        "offset %d: %s", record.topic, record.partition, record.offset, exc,
+                        extra={"action": "kafka_response_forged"})
+            return
         self.stats.malformed += 1
         log.warning("skipping a malformed Kafka response at %s/%d offset %d: %s",
                     record.topic, record.partition, record.offset, exc,

@@ -2,9 +2,11 @@
 consumer may ask of a database, whatever the database.
 
 One driver per database implements :class:`Store` (:mod:`hipq.store.sqlite`,
-:mod:`hipq.store.postgres`, both on :mod:`hipq.store.common`), and
-:func:`hipq.store.open_store` picks one by URL. ``tests/contract`` runs every test
-against both drivers.
+:mod:`hipq.store.postgres`, both on :mod:`hipq.store.driver`), and
+:func:`hipq.store.open_store` picks one by URL; a third keeps everything in memory
+(:mod:`hipq.store.memory`, ``memory://``), a test double. ``tests/contract`` runs
+every test against all three (a test of a SQL driver's own work against the two
+databases only).
 
 Guarantees common to every method:
 
@@ -28,6 +30,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hipq.jobs import Attempt, Job, Ordering
 from hipq.store.records import (
+    INTAKE_MAX_BYTES,
+    INTAKE_READ_BYTES,
+    INTAKE_VALUE_CHARS,
     Backoff,
     Change,
     InboxOutcome,
@@ -37,6 +42,7 @@ from hipq.store.records import (
     IntakeRow,
     JobHistory,
     JobStanding,
+    ListedJob,
     ListedResponse,
     QueueRecord,
     QueueState,
@@ -53,7 +59,8 @@ class Store(Protocol):
 
     @property
     def dialect(self) -> str:
-        """The database's name: ``"postgresql"`` or ``"sqlite"``."""
+        """The database's name: ``"postgresql"`` or ``"sqlite"`` (``"memory"``: the
+        store in memory, which behaves as a single writer, as SQLite)."""
 
     @property
     def supports_row_locks(self) -> bool:
@@ -136,6 +143,15 @@ class Store(Protocol):
         """The job wherever it is: the hot table, else the archive; a job merged into
         another answers with the job that holds it."""
 
+    async def job_get_listed(self, queue: str, job_id: str, *,
+                             value_chars: int) -> ListedJob | None:
+        """:meth:`job_get` as a listing of many shows the job (``GET /v1/job-search``):
+        each of its ``data``, ``result`` and ``error`` whose JSON text is longer than
+        ``value_chars`` characters comes as that text cut there, in ``cut``, and
+        empty in the job; a shorter one comes whole. A SQL driver cuts in its
+        statement, so a large value is never read whole; the read is the same
+        primary-key lookups as :meth:`job_get`'s."""
+
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
         """The job's whole history: its recorded tries (including late responses),
         by attempt, then in the order they were recorded."""
@@ -144,7 +160,9 @@ class Store(Protocol):
         """What a job's JSON shows: the last ``limit`` entries of its history (in
         :meth:`job_attempts` order) and how many it has in all. Reads at most
         ``limit`` rows and counts the rest through the index; the entries come
-        without the responses' bodies (``response`` is None)."""
+        without the responses' bodies (``response`` is None), and an error whose
+        JSON text is longer than :data:`~hipq.store.listing.ENTRY_ERROR_CHARS` as
+        ``{"kind", "detail", "truncated": true}`` cut, never read whole."""
 
     async def job_list_archived(self, *, queue: str | None = None, status: str | None = None,
                                 limit: int = 100,
@@ -382,14 +400,19 @@ class Store(Protocol):
 
     # -- the intake: enqueue from SQL (docs/from-your-database.md) --------------------------
 
-    async def intake_pending(self, *, queues: Sequence[str], limit: int,
-                             after: int = 0) -> list[IntakeRow]:
+    async def intake_pending(self, *, queues: Sequence[str], limit: int, after: int = 0,
+                             max_bytes: int = INTAKE_MAX_BYTES,
+                             budget: int = INTAKE_READ_BYTES) -> list[IntakeRow]:
         """At most ``limit`` pending intake rows of these queues with ids above
-        ``after``, oldest first."""
+        ``after``, oldest first, measured before they are read: those that start
+        under ``budget`` bytes of data and fields (so at most ``budget`` and one
+        row); a row over ``max_bytes`` comes without its data and fields, and a row
+        the store cannot read with why (``problem``)."""
 
     async def intake_orphans(self, *, known: Sequence[str], before: datetime,
                              limit: int) -> list[IntakeRow]:
-        """Pending rows enqueued before ``before`` for queues not in ``known``."""
+        """Pending rows enqueued before ``before`` for queues not in ``known``
+        (without their values: they are rejected as such)."""
 
     async def intake_done(self, *, ingested: Sequence[int], rejected: Mapping[int, str],
                           now: datetime) -> None:
@@ -397,12 +420,24 @@ class Store(Protocol):
         transaction, only rows still pending."""
 
     async def intake_find(self, queue: str, job_id: str) -> IntakeRow | None:
-        """The oldest pending row that will make this job, if any."""
+        """The oldest pending row that will make this job, if any, read as
+        :meth:`intake_pending` reads it with the stored limit (:meth:`intake_limit_set`)."""
 
     async def intake_rejected_page(self, *, limit: int, queue: str | None = None,
-                                   after: tuple[datetime, int] | None = None
-                                   ) -> list[IntakeRow]:
-        """Rejected rows, newest first by (rejected_at, id), after a page's last key."""
+                                   after: tuple[datetime, int] | None = None,
+                                   value_chars: int = INTAKE_VALUE_CHARS) -> list[IntakeRow]:
+        """Rejected rows, newest first by (rejected_at, id), after a page's last key;
+        rows whose rejection time hipq cannot read are left for :meth:`intake_prune`.
+        A string or a value's JSON text over ``value_chars`` comes cut (``cut``)."""
+
+    async def intake_prune(self, *, before: datetime, now: datetime, limit: int) -> int:
+        """Delete at most ``limit`` rejected rows, oldest first: rejected before
+        ``before``, or carrying a rejection time hipq does not write (none, or more
+        than a day past ``now``). Returns how many (``limit``: call again)."""
+
+    async def intake_limit_set(self, max_bytes: int) -> None:
+        """Store the intake's limit (``api.max_body_bytes``), which
+        ``hipq_enqueue()`` refuses past and :meth:`intake_find` reads with."""
 
     async def intake_counts(self) -> dict[str, tuple[int, int]]:
         """Per queue: (pending, rejected) rows."""

@@ -9,6 +9,8 @@ Nothing here writes SQL. Each driver writes all of its own, in one style:
 (:class:`hipq.store.common.StoreBase`), :mod:`hipq.store.postgres` as the named
 blocks of ``postgres.sql`` run on an asyncpg pool. Both make their schema from the
 numbered files of ``hipq/store/migrations/`` (:func:`hipq.store.versions.pending`).
+The store in memory (:mod:`hipq.store.memory`, a test double) builds on this too,
+its statements Python over dicts.
 
 Every method is one short transaction or one statement; batch methods are named
 ``*_many``. Updates of running jobs are guarded in their ``WHERE`` (status, attempt,
@@ -29,7 +31,15 @@ from typing import Any, ClassVar
 from hipq.errors import SchemaError, StoreConflict, StoreError, TransientStoreError
 from hipq.jobs import Job, JobState, Ordering, cancelled_error
 from hipq.store.due import DueShape
-from hipq.store.records import Change, InboxOutcome, InsertOutcome, QueueRecord, QueueStats
+from hipq.store.listing import cut_job
+from hipq.store.records import (
+    Change,
+    InboxOutcome,
+    InsertOutcome,
+    ListedJob,
+    QueueRecord,
+    QueueStats,
+)
 from hipq.store.rows import CACHE_SIZE, queue_record, repeat_outcome
 from hipq.store.versions import SCHEMA_VERSION
 
@@ -42,9 +52,9 @@ VERSION_KEY = "schema_version"  # the key of the schema version in hipq_meta
 
 
 class DriverBase(abc.ABC):
-    """The shared half of a SQL driver; see the module docstring."""
+    """The shared half of a driver; see the module docstring."""
 
-    dialect: ClassVar[str]  # "postgresql" or "sqlite"
+    dialect: ClassVar[str]  # "postgresql", "sqlite" or "memory"
     supports_row_locks: ClassVar[bool]  # SELECT ... FOR UPDATE (else: a single writer)
     supports_reads_beside_writes: ClassVar[bool]  # a pool: a read waits on no write
     supports_notify: ClassVar[bool]  # LISTEN/NOTIFY across processes
@@ -139,6 +149,20 @@ class DriverBase(abc.ABC):
             self._queues.clear()
         self._queues[row["id"]] = (version, record)
         return record
+
+    # -- reading jobs ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def job_get(self, queue: str, job_id: str) -> Job | None:
+        """The job wherever it is (:meth:`hipq.store.base.Store.job_get`)."""
+
+    async def job_get_listed(self, queue: str, job_id: str, *,
+                             value_chars: int) -> ListedJob | None:
+        """:meth:`job_get` with the job's large values cut (:mod:`hipq.store.listing`).
+        Here the job is read whole and cut in memory, for a store that holds its jobs
+        there; the SQL drivers cut in their statements: never read whole."""
+        job = await self.job_get(queue, job_id)
+        return None if job is None else cut_job(job, value_chars)
 
     # -- enqueue -----------------------------------------------------------------------
 

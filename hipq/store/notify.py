@@ -13,6 +13,13 @@ STACK.md). Sends are coalesced: while one NOTIFY is on its way, further calls
 with the same payload make one more send after it, not one each. A notification
 from this very connection is ignored (its sender already woke itself).
 
+Any role that may connect can NOTIFY the channel, so what is heard passes a
+:class:`WakeGate` (docs/scaling.md): payloads other than the three are ignored, and
+each payload wakes the daemon at most once per window (:data:`WAKE_WINDOW_SECONDS`,
+:data:`MEMBERS_WINDOW_SECONDS` for a rebalance): the first at once, any number
+after it within the window as one wake-up at its end. A flood of notifications
+makes a bounded number of ticks, and the last of a burst is never lost.
+
 Failure modes: the connection drops (a database restart) -> reconnect with
 back-off; meanwhile wake-ups are lost and polling carries the work, as it does
 when ``database.notify`` is off (e.g. behind PgBouncer in transaction mode).
@@ -28,6 +35,7 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
+from hipq.clock import Clock, SystemClock
 from hipq.store.pg_url import connect_options
 
 log = logging.getLogger(__name__)
@@ -36,6 +44,9 @@ CHANNEL = "hipq_wake"
 WAKE = "wake"
 MEMBERS = "members"
 INTAKE = "intake"  # hipq_enqueue() / hipq.sql: rows in the intake (SPEC 16)
+PAYLOADS = frozenset({WAKE, MEMBERS, INTAKE})  # what a notification may say
+WAKE_WINDOW_SECONDS = 0.05  # a wake or intake wake-up at most once per window
+MEMBERS_WINDOW_SECONDS = 1.0  # a rebalance of the leases at most once per window
 RETRY_MIN_SECONDS = 0.2
 RETRY_MAX_SECONDS = 5.0
 
@@ -46,11 +57,60 @@ def asyncpg_url(url: str) -> str:
     return f"{scheme.split('+', 1)[0]}://{rest}"
 
 
+class WakeGate:
+    """Coalesces and rate-limits the wake-ups notifications ask for: ``deliver`` is
+    called with a known payload at most once per window of that payload (its first
+    at once when the last delivery is a window old, the others of the window as one
+    call at its end, by an event loop timer); unknown payloads are counted and
+    dropped. Windows are measured on ``clock``'s monotonic time."""
+
+    def __init__(self, deliver: Callable[[str], None], *, clock: Clock,
+                 window: float = WAKE_WINDOW_SECONDS,
+                 members_window: float = MEMBERS_WINDOW_SECONDS) -> None:
+        self._deliver = deliver
+        self._clock = clock
+        self._windows = {WAKE: window, INTAKE: window, MEMBERS: members_window}
+        self._last: dict[str, float] = {}  # payload -> when it was last delivered
+        self._held: dict[str, asyncio.TimerHandle] = {}  # payload -> its delivery to come
+        self.ignored = 0  # unknown payloads heard
+
+    def heard(self, payload: str) -> None:
+        window = self._windows.get(payload)
+        if window is None:
+            self.ignored += 1
+            return
+        if payload in self._held:
+            return  # a delivery is due at the window's end: this one joins it
+        since = self._clock.monotonic() - self._last.get(payload, -window)
+        if since >= window:
+            self._send(payload)
+            return
+        self._held[payload] = asyncio.get_running_loop().call_later(
+            window - since, self._release, payload)
+
+    def _release(self, payload: str) -> None:
+        self._held.pop(payload, None)
+        self._send(payload)
+
+    def _send(self, payload: str) -> None:
+        self._last[payload] = self._clock.monotonic()
+        self._deliver(payload)
+
+    def close(self) -> None:
+        """Drop the deliveries still to come (the listener stops)."""
+        for handle in self._held.values():
+            handle.cancel()
+        self._held.clear()
+
+
 class Notifier:
-    def __init__(self, url: str, *, on_notify: Callable[[str], None]) -> None:
+    def __init__(self, url: str, *, on_notify: Callable[[str], None],
+                 clock: Clock | None = None) -> None:
         # the DSN and the keywords the pool uses too (hipq.store.pg_url)
         self.url, self._connect_keywords = connect_options(asyncpg_url(url))
         self.on_notify = on_notify
+        self.gate = WakeGate(on_notify, clock=clock or SystemClock())
+        self.heard = 0  # notifications heard from others (before the gate)
         self._conn: Any = None
         self._pid: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -98,7 +158,8 @@ class Notifier:
 
     def _received(self, _conn: Any, pid: int, _channel: str, payload: str) -> None:
         if pid != self._pid:
-            self.on_notify(payload)
+            self.heard += 1
+            self.gate.heard(payload)
 
     def notify(self, payload: str = WAKE) -> None:
         """Tell the other daemons (in the background; coalesced)."""
@@ -136,6 +197,7 @@ class Notifier:
                 await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
 
     async def stop(self) -> None:
+        self.gate.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -38,8 +38,15 @@ from hipq.store import pg_pool
 from hipq.store import versions as s
 from hipq.store.driver import VERSION_KEY, JobKey, QueueCounts
 from hipq.store.due import RELAXED, DueShape
-from hipq.store.history import LATE, history_of, late_values, try_of, within_late_bound
-from hipq.store.listing import listed_response
+from hipq.store.history import (
+    LATE,
+    entry_of,
+    history_of,
+    late_values,
+    try_of,
+    within_late_bound,
+)
+from hipq.store.listing import ENTRY_ERROR_CHARS, listed_job, listed_response
 from hipq.store.pg_connections import PgConnections
 from hipq.store.pg_persist import ends_parts, marks_of, persist_calls
 from hipq.store.pgsql import SQL, insert_jobs_call, to_json
@@ -53,13 +60,13 @@ from hipq.store.records import (
     InsertOutcome,
     InsertStatus,
     JobHistory,
+    ListedJob,
     ListedResponse,
     QueueRecord,
     Response,
 )
 from hipq.store.rows import (
     NO_BOUND,
-    attempt_of,
     chunks,
     inbox_ids_in_order,
     inbox_page,
@@ -141,6 +148,15 @@ async def _stored(db: Any, queue: str, job_id: str) -> Job | None:
         rows = await _fetch(db, name, queue=queue, ids=[job_id])
         if rows:
             return job_from_row(rows[0])
+    return None
+
+
+async def _listed(db: Any, queue: str, job_id: str, value_chars: int) -> ListedJob | None:
+    """The job (queue, id), live, or else archived, its large values cut."""
+    for name in ("live_listed", "archived_listed"):
+        row = await _fetchrow(db, name, queue=queue, id=job_id, value_chars=value_chars)
+        if row is not None:
+            return listed_job(row)
     return None
 
 
@@ -297,13 +313,25 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
                     job = await _stored(db, queue, merged["into_id"])
         return job
 
+    async def job_get_listed(self, queue: str, job_id: str, *,
+                             value_chars: int) -> ListedJob | None:
+        # job_get's lookups, each reading the large values cut (hipq.store.listing)
+        async with self._driver() as db:
+            found = await _listed(db, queue, job_id, value_chars)
+            if found is None:
+                merged = await _fetchrow(db, "merged_get", queue=queue, id=job_id)
+                if merged is not None:
+                    found = await _listed(db, queue, merged["into_id"], value_chars)
+        return found
+
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
-        return [attempt_of(r) for r in await self._fetch("job_attempts", queue=queue,
-                                                          job_id=job_id)]
+        return [entry_of(r) for r in await self._fetch("job_attempts", queue=queue,
+                                                        job_id=job_id)]
 
     async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
         async with self._driver() as db:
-            rows = await _fetch(db, "history_last", queue=queue, job_id=job_id, limit=limit)
+            rows = await _fetch(db, "history_last", queue=queue, job_id=job_id, limit=limit,
+                                error_chars=ENTRY_ERROR_CHARS)
             total = await _fetchrow(db, "history_count", queue=queue, job_id=job_id)
         return history_of(rows, total[0])
 

@@ -106,6 +106,40 @@ SELECT * FROM jobs WHERE queue = :queue AND id = ANY(:ids::text[])
 -- name: archived_by_ids
 SELECT * FROM archived_jobs WHERE queue = :queue AND id = ANY(:ids::text[])
 
+-- name: live_listed
+-- A live job as a listing of many shows it (GET /v1/job-search, hipq/store/listing.py):
+-- its columns but data, result and error, and each of those whole (*_whole) when its
+-- JSON text is at most :value_chars characters long, else that text cut there (*_cut).
+SELECT queue, id, status, run_at, expires_at, priority, weight, critical, timeout_seconds,
+       correlation_key, ordering_key, attempt, max_attempts, created_at, updated_at,
+       launched_at, replay_of, trace,
+       CASE WHEN length(data::text) <= :value_chars THEN data END AS data_whole,
+       CASE WHEN length(data::text) > :value_chars
+            THEN substr(data::text, 1, :value_chars) END AS data_cut,
+       CASE WHEN length(result::text) <= :value_chars THEN result END AS result_whole,
+       CASE WHEN length(result::text) > :value_chars
+            THEN substr(result::text, 1, :value_chars) END AS result_cut,
+       CASE WHEN length(error::text) <= :value_chars THEN error END AS error_whole,
+       CASE WHEN length(error::text) > :value_chars
+            THEN substr(error::text, 1, :value_chars) END AS error_cut
+FROM jobs WHERE queue = :queue AND id = :id
+
+-- name: archived_listed
+-- An archived job as live_listed reads a live one.
+SELECT queue, id, status, run_at, expires_at, priority, weight, critical, timeout_seconds,
+       correlation_key, ordering_key, attempt, max_attempts, created_at, updated_at,
+       launched_at, replay_of, trace, finished_at,
+       CASE WHEN length(data::text) <= :value_chars THEN data END AS data_whole,
+       CASE WHEN length(data::text) > :value_chars
+            THEN substr(data::text, 1, :value_chars) END AS data_cut,
+       CASE WHEN length(result::text) <= :value_chars THEN result END AS result_whole,
+       CASE WHEN length(result::text) > :value_chars
+            THEN substr(result::text, 1, :value_chars) END AS result_cut,
+       CASE WHEN length(error::text) <= :value_chars THEN error END AS error_whole,
+       CASE WHEN length(error::text) > :value_chars
+            THEN substr(error::text, 1, :value_chars) END AS error_cut
+FROM archived_jobs WHERE queue = :queue AND id = :id
+
 -- name: jobs_by_keys
 SELECT * FROM jobs WHERE correlation_key = ANY(:keys::text[])
 
@@ -129,8 +163,17 @@ ORDER BY attempt, id, rank
 
 -- name: history_last
 -- A job's last history entries, newest first, without the responses' bodies (the
--- archived row's own entry placed as in job_attempts).
-SELECT attempt, id, 1 AS rank, launched_at, finished_at, outcome, error FROM job_attempts
+-- archived row's own entry placed as in job_attempts). An error whose JSON text is
+-- longer than :error_chars comes as {kind, detail, truncated: true}, its kind and
+-- detail (a text error's text) cut (hipq/store/listing.py): never read whole.
+SELECT attempt, id, 1 AS rank, launched_at, finished_at, outcome,
+       CASE WHEN COALESCE(length(error::text), 0) <= :error_chars THEN error
+            ELSE jsonb_build_object(
+                'kind', COALESCE(left(error->>'kind', 100), 'response_failed'),
+                'detail', left(CASE WHEN jsonb_typeof(error) = 'object' THEN error->>'detail'
+                                    ELSE error #>> '{}' END, :error_chars),
+                'truncated', true) END AS error
+FROM job_attempts
 WHERE queue = :queue AND job_id = :job_id
 UNION ALL
 SELECT x.attempt, COALESCE((SELECT min(a.id) FROM job_attempts a
@@ -828,32 +871,58 @@ DELETE FROM daemons WHERE owner = :owner
 -- -- the intake: enqueue from SQL (SPEC 16) -------------------------------------------
 -- JSON columns are read as their text: ingestion validates the text of a batch in
 -- one go, and a value nested too deeply for Python's decoder stays text (rejected).
+-- Every read is bounded in bytes before a value is read (docs/from-your-database.md,
+-- "Limits"): size, the bytes of a row's data and fields as JSON text, is measured by
+-- PostgreSQL as the row is written (a generated column, schema version 15). A row
+-- over :max_bytes comes without its data and fields, and a time out of
+-- [:earliest, :latest) (what hipq reads; an owner may store 'infinity') as NULL;
+-- "unreadable" names what could not be read, and the row is rejected on its own.
 
 -- name: intake_pending
 -- Each queue's rows read in its index order, at most :limit of each (a queue list
--- in one index condition would read every pending row and sort them); the JSON is
--- turned to text for the rows kept only.
-SELECT i.id, i.queue, i.job_id, i.data::text AS data, i.run_after,
-       i.fields::text AS fields, i.enqueued_at, i.error, i.rejected_at
-FROM unnest(:queues::text[]) AS q(queue)
-CROSS JOIN LATERAL (
-    SELECT * FROM job_intake j
-    WHERE j.error IS NULL AND j.queue = q.queue AND j.id > :after
-    ORDER BY j.id LIMIT :limit) AS i
-ORDER BY i.id LIMIT :limit
+-- in one index condition would read every pending row and sort them); of the first
+-- :limit in id order, those that start under :budget bytes (the rows read before
+-- them), so a read holds at most :budget bytes and one row. The JSON is turned to
+-- text for the rows kept only; a job id is read cut past what a valid one may hold.
+SELECT r.id, r.queue, left(r.job_id, :id_chars) AS job_id, r.size, r.error, r.rejected_at,
+       CASE WHEN r.size <= :max_bytes THEN r.data::text END AS data,
+       CASE WHEN r.size <= :max_bytes THEN r.fields::text END AS fields,
+       CASE WHEN r.run_after >= :earliest::timestamptz AND r.run_after < :latest::timestamptz
+            THEN r.run_after END AS run_after,
+       CASE WHEN r.enqueued_at >= :earliest AND r.enqueued_at < :latest
+            THEN r.enqueued_at END AS enqueued_at,
+       CASE WHEN r.size > :max_bytes THEN 'size'
+            WHEN NOT (r.run_after >= :earliest AND r.run_after < :latest) THEN 'run_after'
+            WHEN NOT (r.enqueued_at >= :earliest AND r.enqueued_at < :latest)
+            THEN 'enqueued_at' END AS unreadable
+FROM (
+    SELECT i.*, sum(CASE WHEN i.size <= :max_bytes THEN i.size ELSE 0 END)
+                    OVER (ORDER BY i.id) AS upto
+    FROM (
+        SELECT i.* FROM unnest(:queues::text[]) AS q(queue)
+        CROSS JOIN LATERAL (
+            SELECT * FROM job_intake j
+            WHERE j.error IS NULL AND j.queue = q.queue AND j.id > :after
+            ORDER BY j.id LIMIT :limit) AS i
+        ORDER BY i.id LIMIT :limit) AS i) AS r
+WHERE r.upto - CASE WHEN r.size <= :max_bytes THEN r.size ELSE 0 END < :budget::int8
+ORDER BY r.id
 
 -- name: intake_orphans
 -- Pending rows of queues not in :known: the distinct queues of the pending index
 -- found by skipping through it (one probe per queue, not one per row), then the
--- old rows of each unknown one.
+-- old rows of each unknown one; no value is read (they are rejected as such), and the
+-- queue name and job id are read cut past what a valid one may hold.
 WITH RECURSIVE queues AS (
     (SELECT queue FROM job_intake WHERE error IS NULL ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM job_intake j WHERE j.error IS NULL AND j.queue > q.queue
             ORDER BY j.queue LIMIT 1)
     FROM queues q WHERE q.queue IS NOT NULL)
-SELECT i.id, i.queue, i.job_id, i.data::text AS data, i.run_after,
-       i.fields::text AS fields, i.enqueued_at, i.error, i.rejected_at
+SELECT i.id, left(i.queue, :queue_chars) AS queue, left(i.job_id, :id_chars) AS job_id,
+       i.size, NULL::text AS data, NULL::timestamptz AS run_after,
+       NULL::text AS fields, NULL::timestamptz AS enqueued_at, i.error, i.rejected_at,
+       NULL::text AS unreadable
 FROM queues q
 CROSS JOIN LATERAL (
     SELECT * FROM job_intake j
@@ -870,22 +939,79 @@ FROM unnest(:rejected_ids::int8[], :errors::text[]) AS r(id, error)
 WHERE i.id = r.id AND i.error IS NULL
 
 -- name: intake_find
-SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
-FROM job_intake WHERE queue = :queue AND job_id = :job_id AND error IS NULL
-ORDER BY id LIMIT 1
+-- The oldest pending row that will make this job, read as intake_pending reads it
+-- with the limit the daemons stored (:limit_key of hipq_meta, else :default_bytes).
+SELECT j.id, j.queue, j.job_id, j.size, l.max_bytes, j.error, j.rejected_at,
+       CASE WHEN j.size <= l.max_bytes THEN j.data::text END AS data,
+       CASE WHEN j.size <= l.max_bytes THEN j.fields::text END AS fields,
+       CASE WHEN j.run_after >= :earliest::timestamptz AND j.run_after < :latest::timestamptz
+            THEN j.run_after END AS run_after,
+       CASE WHEN j.enqueued_at >= :earliest AND j.enqueued_at < :latest
+            THEN j.enqueued_at END AS enqueued_at,
+       CASE WHEN j.size > l.max_bytes THEN 'size'
+            WHEN NOT (j.run_after >= :earliest AND j.run_after < :latest) THEN 'run_after'
+            WHEN NOT (j.enqueued_at >= :earliest AND j.enqueued_at < :latest)
+            THEN 'enqueued_at' END AS unreadable
+FROM (SELECT COALESCE((SELECT value::int8 FROM hipq_meta WHERE key = :limit_key),
+                      :default_bytes::int8) AS max_bytes) AS l
+CROSS JOIN LATERAL (
+    SELECT * FROM job_intake
+    WHERE queue = :queue AND job_id = :job_id AND error IS NULL
+    ORDER BY id LIMIT 1) AS j
 
 -- name: intake_rejected_page
-SELECT id, queue, job_id, data::text AS data, run_after, fields::text AS fields, enqueued_at, error, rejected_at
+-- Rejected rows, newest first, after a page's last key: only rows rejected at a time
+-- hipq reads (hipq writes it; others wait for intake_prune). A string, or a value's
+-- JSON text, longer than :value_chars comes cut there (<name>_cut); a value whose row
+-- is no larger than that in bytes is whole without being measured.
+SELECT id, left(queue, :value_chars) AS queue, length(queue) > :value_chars AS queue_cut,
+       left(job_id, :value_chars) AS job_id, length(job_id) > :value_chars AS id_cut,
+       CASE WHEN size <= :value_chars THEN data::text
+            ELSE left(data::text, :value_chars) END AS data,
+       size > :value_chars AND length(data::text) > :value_chars AS data_cut,
+       CASE WHEN size <= :value_chars THEN fields::text
+            ELSE left(fields::text, :value_chars) END AS fields,
+       size > :value_chars AND length(fields::text) > :value_chars AS fields_cut,
+       left(error, :value_chars) AS error, length(error) > :value_chars AS error_cut,
+       CASE WHEN run_after >= :earliest::timestamptz AND run_after < :latest::timestamptz
+            THEN run_after END AS run_after,
+       CASE WHEN enqueued_at >= :earliest AND enqueued_at < :latest
+            THEN enqueued_at END AS enqueued_at,
+       rejected_at, size
 FROM job_intake
 WHERE error IS NOT NULL AND (:queue::text IS NULL OR queue = :queue)
+  AND rejected_at >= :earliest AND rejected_at < :latest
   AND (rejected_at, id) < (COALESCE(:after_at::timestamptz, 'infinity'),
                            COALESCE(:after_id::int8, 9223372036854775807))
 ORDER BY rejected_at DESC, id DESC LIMIT :limit
 
+-- name: intake_prune
+-- At most :limit rejected rows, oldest first: those rejected before :before, and
+-- those carrying a rejection time hipq never writes (none, or one past :ahead, such
+-- as 'infinity': written by a table's owner), so no row is kept for ever.
+DELETE FROM job_intake WHERE id = ANY(ARRAY(
+    SELECT id FROM job_intake
+    WHERE error IS NOT NULL
+      AND (rejected_at < :before OR rejected_at > :ahead OR rejected_at IS NULL)
+    ORDER BY rejected_at, id LIMIT :limit))
+
 -- name: intake_counts
-SELECT queue, count(*) FILTER (WHERE error IS NULL) AS pending,
-       count(*) FILTER (WHERE error IS NOT NULL) AS rejected
-FROM job_intake GROUP BY queue
+-- Per queue name (cut to 100 characters), its pending and rejected rows: every queue
+-- that exists, the first :others other names, the rest summed under :other, so the
+-- answer is bounded whatever names producers wrote.
+WITH per AS (
+    SELECT left(queue, 100) AS queue, count(*) FILTER (WHERE error IS NULL) AS pending,
+           count(*) FILTER (WHERE error IS NOT NULL) AS rejected
+    FROM job_intake GROUP BY 1),
+numbered AS (
+    SELECT per.*, k.known,
+           row_number() OVER (PARTITION BY k.known ORDER BY per.queue) AS n
+    FROM per CROSS JOIN LATERAL (
+        SELECT EXISTS (SELECT 1 FROM queues q WHERE q.id = per.queue) AS known) AS k)
+SELECT queue, pending, rejected FROM numbered WHERE known OR n <= :others
+UNION ALL
+SELECT :other::text, sum(pending), sum(rejected) FROM numbered
+WHERE NOT known AND n > :others HAVING count(*) > 0
 
 -- name: intake_last_id
 SELECT COALESCE(max(id), 0) AS id FROM job_intake
@@ -893,11 +1019,19 @@ SELECT COALESCE(max(id), 0) AS id FROM job_intake
 -- -- the partner's word (SPEC 15) ------------------------------------------------------
 
 -- name: backoff_list
-SELECT queue, scope, until, reason, streak, since FROM queue_backoffs
-WHERE queue = ANY(:queues::text[]) ORDER BY queue, scope
+-- A scope is "" (the queue) or "=" and its group, at most 200 characters
+-- (hipq/pause_scope.py); a longer one, stored whole by an earlier version, is read
+-- cut to its first 128 characters and "…" (it matches no job's group).
+SELECT queue, CASE WHEN length(scope) <= 201 THEN scope
+                   ELSE substr(scope, 1, 129) || '…' END AS scope,
+       until, reason, streak, since FROM queue_backoffs
+WHERE queue = ANY(:queues::text[]) ORDER BY queue, 2
 
 -- name: backoff_all
-SELECT queue, scope, until, reason, streak, since FROM queue_backoffs ORDER BY queue, scope
+-- Scopes read as backoff_list reads them.
+SELECT queue, CASE WHEN length(scope) <= 201 THEN scope
+                   ELSE substr(scope, 1, 129) || '…' END AS scope,
+       until, reason, streak, since FROM queue_backoffs ORDER BY queue, 2
 
 -- name: backoff_replace
 -- The owner's pauses of one queue, all of them: the rows not given are deleted.

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from hipq.frozen import quick_init
 from hipq.jobs import Attempt, Job
+from hipq.pause_scope import shown_group
 
 if TYPE_CHECKING:  # the pydantic model is only carried here: no pydantic at import
     from hipq.config import QueueConfig
@@ -129,6 +130,17 @@ class ListedResponse:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ListedJob:
+    """A job as a listing of many shows it (``GET /v1/job-search``): ``job`` as
+    stored, except that each of its ``data``, ``result`` and ``error`` whose JSON
+    text is longer than the listing's bound is left empty there and given in ``cut``
+    as that text cut to the bound (by name)."""
+
+    job: Job
+    cut: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobHistory:
     """The last entries of a job's history (its tries and late responses), oldest
     first, and how many entries it has in all."""
@@ -172,7 +184,13 @@ class Change:
 class IntakeRow:
     """A row of the intake (SPEC 16): a job a producer enqueued from SQL, pending
     (``error`` None) or rejected with its error. Not frozen: one is made per row
-    ingested, and a frozen dataclass's ``__init__`` costs twice as much."""
+    ingested, and a frozen dataclass's ``__init__`` costs twice as much.
+
+    ``size``: the bytes of its ``data`` and ``fields`` as JSON text, measured by the
+    database. ``problem``: why the store could not read the row as a job (over the
+    limit: ``data`` and ``fields`` are then None, never read; a time out of range,
+    JSON text that is not one value); such a row is rejected on its own. ``cut``: in
+    a listing, the values given cut (as text) to the listing's bound."""
 
     id: int
     queue: str
@@ -180,17 +198,27 @@ class IntakeRow:
     data: Any
     run_after: datetime | None
     fields: Any
-    enqueued_at: datetime
+    enqueued_at: datetime | None
     error: str | None = None
     rejected_at: datetime | None = None
+    size: int = 0
+    problem: str | None = None
+    cut: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         def iso(value: datetime | None) -> str | None:
             return None if value is None else value.isoformat().replace("+00:00", "Z")
         return {"intake_id": self.id, "queue": self.queue, "id": self.job_id,
-                "data": json_value(self.data)[0], "run_after": iso(self.run_after),
-                "fields": json_value(self.fields)[0], "enqueued_at": iso(self.enqueued_at),
+                "data": _listed(self.data, "data" in self.cut),
+                "run_after": iso(self.run_after),
+                "fields": _listed(self.fields, "fields" in self.cut),
+                "enqueued_at": iso(self.enqueued_at),
                 "error": self.error, "rejected_at": iso(self.rejected_at)}
+
+
+def _listed(raw: Any, cut: bool) -> Any:
+    """A JSON column as a listing shows it: decoded, or its text when cut."""
+    return raw if cut else json_value(raw)[0]
 
 
 def json_value(raw: Any) -> tuple[Any, str | None]:
@@ -207,19 +235,81 @@ def json_value(raw: Any) -> tuple[Any, str | None]:
         return raw, f"not JSON: {exc}"
 
 
-def intake_of(row: Any) -> IntakeRow:
-    """An IntakeRow; ``data`` and ``fields`` as the driver gives them (PostgreSQL:
-    JSON text, decoded only where needed: :func:`json_value`)."""
+# The intake's bounds (docs/from-your-database.md, "Limits"): what hipq_enqueue()
+# refuses and ingestion rejects, stored in hipq_meta under INTAKE_LIMIT_KEY by
+# each daemon at start (api.max_body_bytes), INTAKE_MAX_BYTES when none did.
+INTAKE_LIMIT_KEY = "intake_max_bytes"
+INTAKE_MAX_BYTES = 1_048_576
+INTAKE_READ_BYTES = 8 * 1024 * 1024  # the byte budget of one read of pending rows
+INTAKE_VALUE_CHARS = 4096  # a listed string or value's JSON text, at most
+FUTURE_REJECTION = timedelta(days=1)  # a rejection time past now + this is not hipq's
+# The intake's counts per queue: every queue that exists, this many other names (cut
+# to 100 characters), the rest summed under INTAKE_OTHER (hipq.metrics.OTHER_QUEUE).
+INTAKE_OTHER_NAMES = 100
+INTAKE_OTHER = "(other)"
+# The instants hipq reads from a row: a finite time a day inside Python's range, so
+# no conversion (to UTC, to a time zone) can leave it. hipq_enqueue() refuses others.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 31, tzinfo=UTC)
+INTAKE_TIMES = ("run_after", "enqueued_at")  # the times of a row a job is made of
+# A job id and a queue name are read cut one character past the longest valid one
+# (hipq.jobs.JOB_ID_PATTERN, hipq.config.QUEUE_ID_PATTERN): the verdict stays.
+INTAKE_ID_CHARS = 201
+INTAKE_QUEUE_CHARS = 101
+
+
+def too_big(size: int, max_bytes: int) -> str:
+    """Why a row of ``size`` bytes is not read: the rejection it gets."""
+    return (f"data and fields are {size} bytes of JSON text, over the limit of "
+            f"{max_bytes} bytes (api.max_body_bytes)")
+
+
+def unreadable(column: str) -> str:
+    """The rejection of a row whose ``column`` the store could not read."""
+    if column in INTAKE_TIMES:
+        return f"{column} is not a time hipq can read (a finite time between the years 1 and 9999)"
+    if column == "id":
+        return "id is not text"
+    return f"{column} is not one JSON value"
+
+
+def intake_of(row: Any, *, max_bytes: int | None = None) -> IntakeRow:
+    """An IntakeRow of a read of pending rows; ``data`` and ``fields`` as the driver
+    gives them (PostgreSQL: JSON text, decoded only where needed: :func:`json_value`),
+    with the ``size`` the statement measured and, in ``unreadable``, the name of what
+    it could not read (the problem made of it here, with ``max_bytes`` or the row's
+    own ``max_bytes``: the stored limit)."""
+    problem = row["unreadable"]
+    if problem is not None:
+        if problem == "size":
+            limit = max_bytes or row.get("max_bytes") or INTAKE_MAX_BYTES
+            problem = too_big(row["size"], limit)
+        else:
+            problem = unreadable(problem)
     return IntakeRow(id=row["id"], queue=row["queue"], job_id=row["job_id"],
                      data=row["data"], run_after=row["run_after"], fields=row["fields"],
                      enqueued_at=row["enqueued_at"], error=row["error"],
-                     rejected_at=row["rejected_at"])
+                     rejected_at=row["rejected_at"], size=row["size"], problem=problem)
+
+
+def listed_intake_of(row: Any) -> IntakeRow:
+    """An IntakeRow of a listing: its values as the statement gave them, whole or cut
+    (``<name>_cut`` true: the value is its text cut to the listing's bound)."""
+    return IntakeRow(id=row["id"], queue=row["queue"], job_id=row["job_id"],
+                     data=row["data"], run_after=row["run_after"], fields=row["fields"],
+                     enqueued_at=row["enqueued_at"], error=row["error"],
+                     rejected_at=row["rejected_at"], size=row["size"],
+                     cut=tuple(name for name in _CUT if row[f"{name}_cut"]))
+
+
+_CUT = ("queue", "id", "data", "fields", "error")  # what a listing may cut
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
     """A partner's pause of one scope of a queue (SPEC 15): the whole queue
-    (``group`` None) or the jobs whose backoff field has the value ``group``.
+    (``group`` None) or the jobs whose backoff field's value has the group ``group``
+    (the value in its bounded form, :func:`hipq.pause_scope.group_of`).
     ``streak``: throttled tries in a row of the scope (the back-off doubles with
     it); ``since``: when the pause (or its last extension) began."""
 
@@ -236,7 +326,8 @@ class Backoff:
         return "" if self.group is None else "=" + self.group
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "until": self.until.isoformat().replace("+00:00", "Z"),
+        return {"group": shown_group(self.group),
+                "until": self.until.isoformat().replace("+00:00", "Z"),
                 "reason": self.reason}
 
 

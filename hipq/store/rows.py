@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from hipq.config import QueueConfig
-from hipq.jobs import Attempt, Job, row_reader
+from hipq.jobs import Job, row_reader
 from hipq.store.columns import JOBS_COLUMN_NAMES
 from hipq.store.due import RELAXED
 from hipq.store.records import (
@@ -143,14 +143,6 @@ def merged_into(host: Job, job: Job) -> Job:
     """``host`` with ``job``'s payloads appended (a merging queue's enqueue)."""
     payloads = [*host.data.get("payloads", []), *job.data.get("payloads", [])]
     return replace(host, data={**host.data, "payloads": payloads}, updated_at=job.created_at)
-
-
-def attempt_of(r: Any, *, response: bool = True) -> Attempt:
-    """An Attempt from a row of ``job_attempts`` (a mapping); ``response=False``: a
-    row read without the response's body."""
-    return Attempt(attempt=r["attempt"], launched_at=r["launched_at"],
-                   finished_at=r["finished_at"], outcome=r["outcome"], error=r["error"],
-                   response=r["response"] if response else None)
 
 
 def queue_state_of(r: Any) -> QueueState:

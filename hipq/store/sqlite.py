@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from hipq.config import QueueConfig
 from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState, expired_error
+from hipq.pause_scope import KEPT_CHARS, MAX_CHARS
 from hipq.store import schema as s
 from hipq.store.common import VERSION_KEY, JobKey
 from hipq.store.history import LATE, late_values, try_of, within_late_bound
@@ -568,7 +569,9 @@ class SQLiteStore(SQLiteIntake):
 
     async def backoff_list(self, *, queues: Sequence[str] | None = None) -> list[Backoff]:
         t = s.queue_backoffs
-        stmt = sa.select(t).order_by(t.c.queue, t.c.scope)
+        scope = _read_scope(t.c.scope)
+        stmt = sa.select(t.c.queue, scope, t.c.until, t.c.reason, t.c.streak, t.c.since
+                         ).order_by(t.c.queue, scope)
         if queues is not None:
             stmt = stmt.where(t.c.queue.in_(list(queues)))
         async with self._tx() as conn:
@@ -677,3 +680,11 @@ def create_private(database: str | None) -> None:
         return
     with contextlib.suppress(OSError):  # exists; or SQLite will say what is wrong
         os.close(os.open(database, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
+def _read_scope(column: sa.Column[Any]) -> sa.Label[Any]:
+    """A pause's scope as postgres.sql's ``backoff_list`` reads it: one stored whole by
+    an earlier version (longer than "=" and :data:`~hipq.pause_scope.MAX_CHARS`) cut
+    to "=", its first :data:`~hipq.pause_scope.KEPT_CHARS` characters and "…"."""
+    cut = sa.func.substr(column, 1, 1 + KEPT_CHARS).concat("…")
+    return sa.case((sa.func.length(column) <= 1 + MAX_CHARS, column), else_=cut).label("scope")

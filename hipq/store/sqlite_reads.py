@@ -18,20 +18,26 @@ from hipq.jobs import Attempt, Job, JobState, Ordering
 from hipq.store import schema as s
 from hipq.store.common import VERSION_KEY, JobKey, QueueCounts, StoreBase
 from hipq.store.due import RELAXED, DueShape
-from hipq.store.history import history_of
-from hipq.store.listing import VALUES, listed_response
+from hipq.store.history import entry_of, history_of
+from hipq.store.listing import (
+    ENTRY_ERROR_CHARS,
+    JOB_VALUES,
+    VALUES,
+    listed_job,
+    listed_response,
+)
 from hipq.store.records import (
     InboxPage,
     InboxRow,
     JobHistory,
     JobStanding,
+    ListedJob,
     ListedResponse,
     QueueRecord,
 )
 from hipq.store.rows import (
     INSERT_CHUNK,
     NO_BOUND,
-    attempt_of,
     chunks,
     inbox_page,
     inbox_row,
@@ -81,17 +87,33 @@ class SQLiteReads(StoreBase):
                         return job_from_row(row._mapping)
         return None
 
+    async def job_get_listed(self, queue: str, job_id: str, *,
+                             value_chars: int) -> ListedJob | None:
+        # job_get's lookups, each reading the large values cut (hipq.store.listing)
+        async with self._tx() as conn:
+            for target in (job_id, await conn.scalar(sa.select(s.merged_jobs.c.into_id).where(
+                    s.merged_jobs.c.queue == queue, s.merged_jobs.c.id == job_id))):
+                if target is None:
+                    continue
+                for table in (s.jobs, s.archived_jobs):
+                    row = (await conn.execute(listed_job_query(table, value_chars).where(
+                        table.c.queue == queue, table.c.id == target))).first()
+                    if row is not None:
+                        return listed_job(row._mapping)
+        return None
+
     async def job_attempts(self, queue: str, job_id: str) -> list[Attempt]:
         t = s.job_attempts
         async with self._tx() as conn:
             rows = await conn.execute(sa.select(t).where(t.c.queue == queue, t.c.job_id == job_id)
                                       .order_by(t.c.attempt, t.c.id))
-            return [attempt_of(r._mapping) for r in rows]
+            return [entry_of(r._mapping) for r in rows]
 
     async def job_history(self, queue: str, job_id: str, *, limit: int) -> JobHistory:
         t = s.job_attempts
         mine = sa.and_(t.c.queue == queue, t.c.job_id == job_id)
-        last = (sa.select(t.c.attempt, t.c.launched_at, t.c.finished_at, t.c.outcome, t.c.error)
+        last = (sa.select(t.c.attempt, t.c.launched_at, t.c.finished_at, t.c.outcome,
+                          _entry_error(t.c.error, ENTRY_ERROR_CHARS))
                 .where(mine).order_by(t.c.attempt.desc(), t.c.id.desc()).limit(limit))
         async with self._tx() as conn:
             rows = [r._mapping for r in await conn.execute(last)]
@@ -383,6 +405,28 @@ def _bounded(column: sa.Column[Any], value_chars: int) -> tuple[sa.ColumnElement
     cut = sa.case((fits, sa.null()), else_=sa.func.substr(text, 1, value_chars))
     return (whole.label(f"{column.name}_whole"),
             sa.type_coerce(cut, sa.Text).label(f"{column.name}_cut"))
+
+
+def _entry_error(column: sa.Column[Any], chars: int) -> sa.Label[Any]:
+    """A history entry's error as postgres.sql's ``history_last`` reads it: whole when
+    its JSON text is at most ``chars`` long, else ``{kind, detail, truncated}`` cut."""
+    is_object = sa.func.json_type(column) == "object"
+    detail = sa.case((is_object, sa.func.json_extract(column, "$.detail")),
+                     else_=sa.func.json_extract(column, "$"))
+    cut = sa.func.json_object(
+        "kind", sa.func.coalesce(sa.func.substr(sa.func.json_extract(column, "$.kind"), 1, 100),
+                                 "response_failed"),
+        "detail", sa.func.substr(detail, 1, chars), "truncated", sa.func.json("true"))
+    fits = sa.func.coalesce(sa.func.length(sa.cast(column, sa.Text)), 0) <= chars
+    return sa.type_coerce(sa.case((fits, column), else_=cut), s.JSON).label("error")
+
+
+def listed_job_query(table: sa.Table, value_chars: int) -> sa.Select[Any]:
+    """A row of ``table`` (``jobs`` or ``archived_jobs``) as a listing reads it: its
+    columns but :data:`~hipq.store.listing.JOB_VALUES`, and each of those bounded."""
+    kept = [c for c in table.c if c.name not in JOB_VALUES]
+    return sa.select(*kept, *(part for name in JOB_VALUES
+                              for part in _bounded(table.c[name], value_chars)))
 
 
 def unmatched_query(*, limit: int, after: tuple[datetime, int] | None,

@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
 
 from hipq.clock import utc
 from hipq.store.columns import JOB_COLUMN_SPECS, TRACE, ColumnSpec
@@ -252,6 +253,25 @@ queue_state = sa.Table(
     sa.Column("throttled_total", BigId, nullable=False),
 )
 
+class IntakeSize(sa.sql.expression.ColumnElement[int]):
+    """``job_intake.size``: the bytes of a row's ``data`` and ``fields`` as JSON text
+    (PostgreSQL: jsonb's text; SQLite: the stored text), computed by the database as
+    the row is written, whoever writes it (docs/from-your-database.md, "Limits")."""
+
+    inherit_cache = True
+    type = sa.BigInteger()
+
+
+@compiles(IntakeSize)
+def _intake_size(_element: IntakeSize, _compiler: Any, **_kw: Any) -> str:
+    return "length(CAST(data AS BLOB)) + length(CAST(fields AS BLOB))"
+
+
+@compiles(IntakeSize, "postgresql")
+def _intake_size_postgres(_element: IntakeSize, _compiler: Any, **_kw: Any) -> str:
+    return "octet_length(data::text) + octet_length(fields::text)"
+
+
 # Enqueue from SQL (SPEC 16): what producers insert in their own transactions (through
 # hipq_enqueue() or hipq.sql); the owner of the queue ingests the pending rows (error
 # NULL) into jobs and deletes them; a row that breaks a rule stays, with its error.
@@ -266,6 +286,7 @@ job_intake = sa.Table(
     sa.Column("enqueued_at", UTCDateTime, nullable=False),
     sa.Column("error", sa.Text),
     sa.Column("rejected_at", UTCDateTime),
+    sa.Column("size", sa.BigInteger, sa.Computed(IntakeSize(), persisted=True)),
 )
 _intake_pending = sa.text("error IS NULL")
 _intake_rejected = sa.text("error IS NOT NULL")

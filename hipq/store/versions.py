@@ -15,7 +15,7 @@ from importlib import resources
 
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 14  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 15  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,12 @@ def pending(dialect: str, current: int | None) -> list[Migration]:
 
 
 def enqueue_function() -> str:
-    """The DDL of ``hipq_enqueue()`` (SPEC 16), as its migration creates it."""
-    script = next(m.sql for m in migrations("postgresql") if m.name.endswith("_intake.sql"))
-    start = script.index("CREATE OR REPLACE FUNCTION hipq_enqueue")
-    return script[start:].strip()
+    """The DDL of ``hipq_enqueue()`` and ``hipq_enqueue_many()`` (SPEC 16), their
+    search_path and grants, as the last migration that makes them has it."""
+    marker = "CREATE OR REPLACE FUNCTION hipq_enqueue("
+    script = [m.sql for m in migrations("postgresql") if marker in m.sql][-1]
+    before = script[:script.index(marker)].splitlines()
+    comment = len(before)  # the comment lines just above the first function go with it
+    while comment and before[comment - 1].startswith("--"):
+        comment -= 1
+    return "\n".join([*before[comment:], script[script.index(marker):].strip()])

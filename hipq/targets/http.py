@@ -28,7 +28,10 @@ Hostile downstreams: at most :data:`MAX_ANSWER_BYTES` of an answer are read (and
 kept); redirects are not followed (a 3xx is a retryable failure); NUL characters
 and non-finite numbers in an answer never reach the store. The partner's time
 goes in the try's error data as ``retry_after`` (seconds as a number, or an ISO 8601
-time); the engine caps it (``hipq.retry.MAX_RETRY_AFTER_SECONDS``).
+time); the engine caps a pause at ``backoff.max_partner_seconds``. A time is read
+strictly (docs/throttling.md, "Who may pause, and for how long"): ASCII digits, or
+an ASCII HTTP date; anything else (``"\xb2"``, ``"1e3"``, other scripts' digits) is
+no time, never an error.
 
 All targets of a daemon share one :class:`HttpClient`, whose keep-alive
 connections are :mod:`hipq.targets.http_pool`'s (at most :data:`CONNECTION_LIMIT`
@@ -45,6 +48,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
+import re
 import ssl
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -69,6 +74,10 @@ RETRYABLE_4XX = frozenset({408, 429})
 MAX_ANSWER_BYTES = 64 * 1024  # what is read of an answer (and kept as a result)
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 EPOCH_AFTER_SECONDS = 365 * 86400.0  # a reset larger than this is an epoch time
+MAX_PARTNER_NUMBER = 1e9  # seconds: a longer Retry-After reads as this (capped later)
+_LAST_TIME = datetime.max.replace(tzinfo=UTC).isoformat()
+_DIGITS = re.compile(r"[0-9]+").fullmatch  # ASCII only, as [0-9] is (\d is not)
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?").fullmatch
 _ENCODE = json_text.compact  # a launch's body
 
 
@@ -230,12 +239,17 @@ def _parse_url(url: str) -> Endpoint:
 
 
 def retry_after(answer: Answer) -> float | str | None:
-    """The answer's ``Retry-After``: seconds (a number) or an aware ISO time."""
-    raw = answer.headers.get("retry-after", "").strip()
+    """The answer's ``Retry-After``: seconds (a number, at most
+    :data:`MAX_PARTNER_NUMBER`) or an aware ISO time; None for anything but ASCII
+    digits or an ASCII HTTP date (docs/throttling.md: such a value is ignored)."""
+    raw = answer.headers.get("retry-after", "").strip(" \t")
     if not raw or answer.status not in RETRY_AFTER_STATUSES:
         return None
-    if raw.isdigit():
-        return float(min(int(raw[:12]), 10**9))
+    if _DIGITS(raw):  # not str.isdigit: it takes "\xb2", which int() refuses
+        digits = raw.lstrip("0")
+        return float(int(digits or "0")) if len(digits) <= 9 else MAX_PARTNER_NUMBER
+    if not raw.isascii():  # the date parser reads other scripts' digits too
+        return None
     try:
         when = parsedate_to_datetime(raw)
         if when.tzinfo is None:
@@ -246,20 +260,20 @@ def retry_after(answer: Answer) -> float | str | None:
 
 
 def _seconds_or_epoch(raw: str) -> float | str | None:
-    """A reset: whole or decimal seconds from now, or an epoch time (ISO) when larger
-    than a year; None if not a number."""
-    raw = raw.strip()
-    try:
-        value = float(raw[:20])
-    except ValueError:
+    """A reset: whole or decimal seconds from now (ASCII digits), or an epoch time
+    (ISO) when larger than a year (one past the last representable time: the last);
+    None if not such a number (float() takes "1e3", "nan", "1_000" and other
+    scripts' digits: none of them is)."""
+    raw = raw.strip(" \t")
+    if _DECIMAL(raw) is None:
         return None
-    if not value >= 0 or value == float("inf"):
-        return None
+    whole = raw.partition(".")[0].lstrip("0")
+    value = float(raw) if len(whole) <= 12 else math.inf
     if value > EPOCH_AFTER_SECONDS:
         try:
             return datetime.fromtimestamp(value, UTC).isoformat()
         except (OverflowError, OSError, ValueError):
-            return None
+            return _LAST_TIME
     return value
 
 

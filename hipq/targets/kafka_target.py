@@ -3,8 +3,10 @@
 Each launch produces one message to ``topic``: the JSON value ``{"id", "queue",
 "data", "attempt", "max_attempts", "correlation_key", "callback_url"}`` (as the
 HTTP target posts), the correlation key as the header ``Hipq-Correlation-Key``
-(plus ``Hipq-Queue``, ``Hipq-Job-Id`` and ``Hipq-Attempt``, and for a job with a trace
-the try's ``traceparent`` and ``tracestate``: docs/traces.md), and as message key
+(plus ``Hipq-Queue``, ``Hipq-Job-Id``, ``Hipq-Attempt``, the try's
+``Hipq-Signature`` that its response carries back (docs/kafka.md, "Signed
+responses"), and for a job with a trace the try's ``traceparent`` and
+``tracestate``: docs/traces.md), and as message key
 the correlation key, or the ``key`` template rendered over ``id``, ``queue``,
 ``data``, ``attempt`` and ``correlation_key`` (e.g. ``"{data.customer}"`` keeps
 one customer's requests in order on one partition).
@@ -65,6 +67,7 @@ CORRELATION_HEADER = "Hipq-Correlation-Key"
 QUEUE_HEADER = "Hipq-Queue"
 JOB_ID_HEADER = "Hipq-Job-Id"
 ATTEMPT_HEADER = "Hipq-Attempt"
+SIGNATURE_HEADER = "Hipq-Signature"  # Signer.response_signature of the try
 ACK_GRACE_SECONDS = 2.0  # beyond the producer's own delivery timeout
 
 Headers = Sequence[tuple[str, bytes]]
@@ -359,6 +362,10 @@ class KafkaTarget:
         value = _ENCODE(self.body_for(job, key)).encode()
         headers = [(CORRELATION_HEADER, key.encode()), (QUEUE_HEADER, job.queue.encode()),
                    (JOB_ID_HEADER, job.id.encode()), (ATTEMPT_HEADER, str(job.attempt).encode())]
+        signer = None if self.http is None else self.http.signer
+        if signer is not None:
+            headers.append((SIGNATURE_HEADER, signer.response_signature(
+                key, job.attempt, job.token).encode()))
         if job.trace is not None:  # the try's traceparent (and tracestate), docs/traces.md
             headers.extend((name, value.encode()) for name, value in tracing.try_headers())
         return await self.producer.dispatch(self.config.topic, key=message_key.encode(),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hipq.jobs import Job
+from hipq.pause_scope import group_of
 from hipq.spec import RateLimitSpec
 from hipq.throttling.quotas import field_value
 
@@ -38,9 +39,11 @@ class RateBudget:
         return budget
 
     def group(self, job: Job) -> str:
+        """The job's rate group: its value at ``by`` (bounded as a pause's group is,
+        :func:`hipq.pause_scope.group_of`: stored per launch and read every tick)."""
         if self.by is None:
             return ALL
-        return field_value(job.data, self.by) or ALL
+        return group_of(field_value(job.data, self.by) or ALL)
 
     def take(self, job: Job) -> bool:
         group = self.group(job)

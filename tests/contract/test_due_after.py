@@ -1,7 +1,8 @@
 """``job_fetch_due_after``: the page after a page of an in-tick queue ran
-(the executor's read-ahead, hipq.engine.executor). On PostgreSQL it reads from the job after the last one that
-ran, and gives None (read from the start) when a queued job that did not run comes
-up to that one; SQLite always gives None (it reads no page ahead)."""
+(the executor's read-ahead, hipq.engine.executor). On PostgreSQL (and the store in
+memory) it reads from the job after the last one that ran, and gives None (read from
+the start) when a queued job that did not run comes up to that one; SQLite always
+gives None (it reads no page ahead)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ async def _queued(store: Store, clock: FakeClock, count: int, **fields: object) 
 
 
 @pytest.fixture
-def postgresql_only(store: Store) -> None:
-    if store.dialect != "postgresql":
+def reads_ahead(store: Store) -> None:
+    if store.dialect == "sqlite":
         pytest.skip("SQLite reads no page ahead")
 
 
@@ -43,7 +44,7 @@ async def test_sqlite_reads_from_the_start(store: Store, clock: FakeClock) -> No
     assert await _page(store, clock, jobs[:2]) is None
 
 
-@pytest.mark.usefixtures("postgresql_only")
+@pytest.mark.usefixtures("reads_ahead")
 async def test_the_page_starts_after_the_last_job_that_ran(store: Store,
                                                            clock: FakeClock) -> None:
     jobs = await _queued(store, clock, 10)  # one batch: the same run_at, ordered by id
@@ -52,7 +53,7 @@ async def test_the_page_starts_after_the_last_job_that_ran(store: Store,
     assert await _page(store, clock, jobs) == []
 
 
-@pytest.mark.usefixtures("postgresql_only")
+@pytest.mark.usefixtures("reads_ahead")
 async def test_a_job_that_did_not_run_before_the_last_one_asks_for_a_fresh_read(
         store: Store, clock: FakeClock) -> None:
     """Held back by the throttler, or enqueued ahead while the page ran: the page after
@@ -64,7 +65,7 @@ async def test_a_job_that_did_not_run_before_the_last_one_asks_for_a_fresh_read(
     assert await _page(store, clock, jobs[:5]) is None
 
 
-@pytest.mark.usefixtures("postgresql_only")
+@pytest.mark.usefixtures("reads_ahead")
 async def test_jobs_that_ran_and_left_the_queue_are_not_missed(store: Store,
                                                                clock: FakeClock) -> None:
     """Part of the page already archived (no longer queued) is no reason to read
@@ -77,7 +78,7 @@ async def test_jobs_that_ran_and_left_the_queue_are_not_missed(store: Store,
     assert await _page(store, clock, jobs[:3]) == ["j003", "j004", "j005", "later"]
 
 
-@pytest.mark.usefixtures("postgresql_only")
+@pytest.mark.usefixtures("reads_ahead")
 async def test_time_order_and_priorities(store: Store, clock: FakeClock) -> None:
     first = clock.now()
     await insert(store, *(make_job(clock, f"p{i}", priority=i % 3,

@@ -9,6 +9,8 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from hipq.store import InboxOutcome, ListedResponse, Response, Store
 from hipq.store.sqlite_reads import unmatched_query
 from hipq.testing import FakeClock
@@ -135,6 +137,7 @@ async def test_results_and_errors_are_cut_to_the_bound(store: Store, clock: Fake
     assert whole["big-error"].truncated == ()
 
 
+@pytest.mark.sql_only
 async def test_the_listing_reads_the_index_of_unmatched_rows(store: Store,
                                                             clock: FakeClock) -> None:
     """A range scan of ``ix_response_inbox_unmatched`` in the listing's order (no sort,

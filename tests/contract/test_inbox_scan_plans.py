@@ -22,6 +22,8 @@ from hipq.store.pgsql import SQL
 from hipq.testing import FakeClock
 from tests.contract._plans import analyzed_plan, busy_inbox, marking_call, nodes
 
+pytestmark = pytest.mark.sql_only  # PostgreSQL's plans
+
 APPLIED = 20_000  # responses of earlier ticks, applied
 PENDING = 2_000  # new ones, a page's worth
 

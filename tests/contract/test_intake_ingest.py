@@ -18,6 +18,7 @@ from hipq.intake import Intake
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.testing import FakeClock
+from tests.contract.test_intake_store import produce
 
 
 class CountingReads:
@@ -36,8 +37,7 @@ class CountingReads:
 
 
 async def _rows(store: Store, queue: str, ids: list[str]) -> None:
-    async with store.engine.begin() as conn:  # type: ignore[attr-defined]
-        await sql.enqueue_many(conn, queue, [{"id": i, "data": {"i": i}} for i in ids])
+    await produce(store, queue, [{"id": i, "data": {"i": i}} for i in ids])
 
 
 async def _pending(store: Store, queue: str) -> list[str]:
@@ -95,6 +95,7 @@ async def test_a_read_ahead_for_other_queues_is_dropped(
     ingest.close()
 
 
+@pytest.mark.sql_only  # a producer's transaction held open
 async def test_a_smaller_id_committed_during_a_burst_is_ingested_after_it(
         store: Store, clock: FakeClock, backend: str,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ def test_the_bound_is_far_under_postgresqls_limit() -> None:
     assert pg_persist.MAX_ENDS_CHARS * 8 < 1024**3
 
 
+@pytest.mark.sql_only  # PostgreSQL's statements
 @pytest.mark.usefixtures("small_bound")
 async def test_step_3_splits_ends_past_the_bound(store: Store, clock: FakeClock) -> None:
     jobs = await start(store, clock, *[make_job(clock, f"j{n}") for n in range(JOBS)])
@@ -44,6 +45,7 @@ async def test_step_3_splits_ends_past_the_bound(store: Store, clock: FakeClock)
         assert done.result == {"n": j.id, "pad": RESULT}
 
 
+@pytest.mark.sql_only  # PostgreSQL's statements
 @pytest.mark.usefixtures("small_bound")
 async def test_in_tick_archive_splits_ends_past_the_bound(store: Store,
                                                           clock: FakeClock) -> None:

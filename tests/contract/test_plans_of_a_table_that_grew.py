@@ -30,6 +30,8 @@ from hipq.testing import FakeClock
 from tests.contract._plans import busy_inbox, literal, main_scans, nodes, plan_of
 from tests.contract.test_store import make_job
 
+pytestmark = pytest.mark.sql_only  # PostgreSQL's plans
+
 RUNS_WHILE_SMALL = 8  # past the five runs after which PostgreSQL may keep a generic plan
 APPLIED = 20_000  # inbox rows of earlier ticks, applied
 PENDING = 2_000  # new ones, a page's worth

@@ -23,6 +23,8 @@ from hipq.testing import FakeClock
 from tests.contract._plans import analyzed_plan, generic_plan, main_scans, marking_call, nodes
 from tests.contract.test_store import OWNER, archive, make_job, start
 
+pytestmark = pytest.mark.sql_only  # PostgreSQL's plans
+
 TICK = 1500  # responses applied in one tick
 BACKGROUND = 20_000  # responses of earlier ticks
 

@@ -23,6 +23,8 @@ from hipq.store.pgsql import (
 from hipq.store.rows import JOB_COLUMNS
 from hipq.testing import FakeClock
 
+pytestmark = pytest.mark.sql_only  # the PostgreSQL driver's statements
+
 
 def test_named_parameters_become_positions_in_order_of_first_use() -> None:
     statement = Statement.parse("x", "SELECT :b::int, :a, :b, x::text, '::' FROM t WHERE y=:a")

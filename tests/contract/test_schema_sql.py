@@ -28,6 +28,8 @@ from hipq.store.schema import SCHEMA_VERSION, migrations, render_postgres_ddl
 from hipq.store.sqlite import statements
 from hipq.testing import migrate_database
 
+pytestmark = pytest.mark.sql_only  # the schema and its migrations
+
 SCHEMA_SQL = Path(__file__).resolve().parents[2] / "schema.sql"
 DIALECTS = ("postgresql", "sqlite")
 OLDER = list(range(1, SCHEMA_VERSION))

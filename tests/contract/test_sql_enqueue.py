@@ -28,6 +28,8 @@ from hipq.bodies import EnqueueRequest
 from hipq.store import schema as s
 from hipq.store.notify import CHANNEL, INTAKE
 
+pytestmark = pytest.mark.sql_only  # hipq.sql writes into a database
+
 Q = "emails"
 PG_KINDS = ["sa_connection", "sa_session", "sa_async_connection", "sa_async_session",
             "asyncpg", "psycopg", "psycopg_async"]
@@ -361,6 +363,7 @@ def memory() -> Any:
     engine = sa.create_engine("sqlite://")
     with engine.connect() as conn:
         s.job_intake.create(conn)
+        s.meta.create(conn)  # the intake's limit is read there
         yield conn
     engine.dispose()
 
@@ -437,6 +440,7 @@ def test_something_else_than_a_connection_is_refused() -> None:
 def test_a_scoped_session_uses_its_current_session(tmp_path: Any) -> None:
     engine = sa.create_engine(f"sqlite:///{tmp_path}/x.db")
     s.job_intake.create(engine)
+    s.meta.create(engine)
     registry = scoped_session(sessionmaker(engine))
     try:
         assert sql.enqueue_many(registry, Q, [("j1", {"a": 1})]) == 1

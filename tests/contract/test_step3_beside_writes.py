@@ -20,6 +20,8 @@ from hipq.store import Change, ChangeKind, Store
 from hipq.testing import FakeClock
 from tests.contract.test_store import OWNER, Q, archive, get, make_job, start
 
+pytestmark = pytest.mark.sql_only  # another transaction's writes to a row
+
 
 def _url(store: Store) -> str:
     return store.engine.url.set(  # type: ignore[attr-defined,no-any-return]

@@ -726,6 +726,19 @@ async def test_late_responses_are_bounded_per_try(store: Store, clock: FakeClock
     assert kept == list(range(10))  # the first ones, in order
 
 
+async def test_late_responses_recorded_at_once_on_one_store_stay_bounded(
+        store: Store, clock: FakeClock) -> None:
+    """Calls of one store recording late responses for the same try at the same time
+    (on several pooled connections, where the driver has them) record at most 10."""
+    [job] = await start(store, clock, make_job(clock, "j1"))
+    await store.persist_batch(changes=[archive(job)], owner=OWNER, now=clock.now())
+    rows = await _late_rows(store, clock, "~tok-j1.1", 1, 24)
+    await asyncio.gather(*(store.attempt_record_late_many([(Q, "j1", row)], now=clock.now())
+                           for row in rows))
+    assert _late_by_try(await store.job_attempts(Q, "j1")) == {1: 10}
+
+
+@pytest.mark.sql_only  # a second store on the same database
 async def test_late_responses_recorded_at_once_stay_bounded(store: Store,
                                                             clock: FakeClock) -> None:
     """Two processes recording late responses for the same try at the same time
@@ -1058,6 +1071,23 @@ async def test_ping(store: Store) -> None:
 # -- PostgreSQL row locks ------------------------------------------------------------------
 
 
+async def test_claims_at_once_on_one_store_never_share_a_job(store: Store,
+                                                              clock: FakeClock) -> None:
+    """Claims of one store at the same time (on several pooled connections, where the
+    driver has them; one at a time otherwise) claim each job once."""
+    ids = [f"j{i:03d}" for i in range(60)]
+    await insert(store, *(make_job(clock, i) for i in ids))
+    claims = await asyncio.gather(*(
+        store.job_mark_running_many(queue=Q, ids=ids[n % 3::2], now=clock.now(),
+                                    owner=f"o{n}", heartbeat_seconds=None)
+        for n in range(6)))
+    claimed = [j.id for jobs in claims for j in jobs]
+    assert sorted(claimed) == ids  # each once
+    running = await store.job_load_running(queue=Q)
+    assert {j.id: j.owner for j in running} == {
+        j.id: j.owner for jobs in claims for j in jobs}
+
+
 async def test_concurrent_claims_never_share_a_job(store: Store, clock: FakeClock) -> None:
     if not store.supports_row_locks:
         pytest.skip("a single writer: claims cannot race")
@@ -1082,6 +1112,7 @@ async def test_concurrent_claims_never_share_a_job(store: Store, clock: FakeCloc
     assert {j.attempt for j in running} == {1}
 
 
+@pytest.mark.sql_only  # a database's connections
 async def test_recovers_when_the_database_drops_its_connections(store: Store,
                                                                 clock: FakeClock) -> None:
     """A database restart kills every pooled connection: a transaction may fail once

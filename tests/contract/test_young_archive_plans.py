@@ -34,6 +34,8 @@ from hipq.testing import FakeClock
 from tests.contract._plans import analyzed_plan, nodes
 from tests.contract.test_store import OWNER, archive, make_job, start
 
+pytestmark = pytest.mark.sql_only  # PostgreSQL's plans
+
 YOUNG = 300  # archived rows before the statement, never analyzed
 STALE = 2000  # archived rows since the statistics were taken
 BATCH = 500  # the jobs of the statement

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from hipq.bodies import EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
 from hipq.engine import Reconciler, ReconcileResult
-from hipq.jobs import Attempt, Job
+from hipq.jobs import Attempt, Job, Ordering
 from hipq.service import Hipq
 from hipq.store import InsertOutcome, Store
 from hipq.store import schema as s
@@ -60,9 +60,6 @@ async def inbox_outcomes(store: Store) -> dict[int, str | None]:
 
 async def hot_jobs(store: Store, queue_id: str) -> list[Job]:
     """The queue's jobs still in the hot table (queued or running)."""
-    t = s.jobs
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(sa.select(t.c.id).where(t.c.queue == queue_id))
-        ids = [row.id for row in rows]
-    found = [await store.job_get(queue_id, job_id) for job_id in ids]
-    return [j for j in found if j is not None]
+    queued = await store.job_list_live(queue=queue_id, state="queued",
+                                       ordering=Ordering.TIME_THEN_PRIORITY, limit=1_000_000)
+    return queued + await store.job_load_running(queue=queue_id)

@@ -1,5 +1,12 @@
 """Fixtures for the engine suite: a service, a memory target and a reconciler on
-each database (``store`` and ``clock`` come from ``tests/conftest.py``)."""
+the store in memory (``store`` and ``clock`` come from ``tests/conftest.py``).
+
+The engine's tests run on the store in memory (:mod:`hipq.store.memory`), which
+passes the drivers' conformance suite (``tests/contract``): that suite proves the
+databases. A test that reads a database's rows itself (``sql_only``: through
+``store.engine``, or ``tests/engine/_helpers.py``'s ``inbox_outcomes`` and
+``hot_jobs``), or needs a database URL, runs on SQLite and PostgreSQL instead.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,17 @@ from hipq.service import Hipq
 from hipq.store import Store
 from hipq.targets import Targets
 from hipq.testing import FakeClock, MemoryTarget
+from tests.conftest import MEMORY, backend_of, backends_for
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    backends_for(metafunc, [MEMORY])
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store an engine test runs on (see the module docstring)."""
+    return backend_of(request)
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
-"""In-tick archives written while the next tick runs (the executor's archives written behind, hipq.engine.executor): under
-a backlog on PostgreSQL a tick leaves its archive statements running and the next
-one collects them. Nothing runs twice while an archive is in flight, the counts
-arrive one tick later, a failed archive loses nothing, and a stopping daemon
-writes everything before it goes."""
+"""In-tick archives written while the next tick runs (the executor's archives
+written behind, hipq.engine.executor): under a backlog on PostgreSQL a tick leaves
+its archive statements running and the next one collects them. Nothing runs twice
+while an archive is in flight, the counts arrive one tick later, a failed archive
+loses nothing, and a stopping daemon writes everything before it goes."""
 
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ async def test_a_failed_archive_leaves_its_jobs_queued_to_run_again(
     for _ in range(6):
         try:
             results.append(await tick(reconciler))
-        except TransientStoreError:  # SQLite: the tick that awaited it fails, as ever
-            assert store.dialect == "sqlite"
+        except TransientStoreError:  # SQLite, memory: the tick that awaited it fails
+            assert store.dialect != "postgresql"
             await reconciler.drain()
     for i in range(6):
         assert (await job(hipq, f"j{i:02d}")).status is JobState.SUCCEEDED

@@ -52,6 +52,7 @@ async def _running(store: Store, clock: FakeClock, target: MemoryTarget,
     return hipq, reconciler, recording, ids
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 @pytest.mark.usefixtures("small_pages")
 async def test_a_backlog_is_read_a_bounded_part_a_tick(
         store: Store, clock: FakeClock, target: MemoryTarget) -> None:

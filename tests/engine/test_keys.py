@@ -63,6 +63,7 @@ async def test_a_taken_key_fails_only_the_job_whose_try_it_blocks(
     assert failed.error["kind"] == "key_conflict"
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_response_bound_to_another_job_is_stale(
         hipq: Hipq, store: Store, reconciler: Reconciler) -> None:
     await hipq.create_queue(queue(correlation={"request": "order-{data.order}"}))

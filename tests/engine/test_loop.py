@@ -68,6 +68,7 @@ async def test_a_retried_job_runs_again_only_after_being_fetched_again(
     assert (await job(hipq, "a")).status is JobState.RUNNING
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_job_leaves_running_only_once_persisted(
         hipq: Hipq, reconciler: Reconciler, store: Store, target: MemoryTarget,
         monkeypatch: pytest.MonkeyPatch) -> None:

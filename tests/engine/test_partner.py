@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from hipq.bodies import ResponseRequest
 from hipq.engine import Reconciler
 from hipq.jobs import Job, JobState
 from hipq.service import Hipq
@@ -164,7 +165,10 @@ async def test_an_asynchronous_throttled_answer_is_given_back(
     await hipq.create_queue(queue())
     await enqueue(hipq, "a")
     await tick(reconciler)
-    await respond(hipq, "a", status="throttled", retry_after_seconds=2)
+    key = (await job(hipq, "a")).correlation_key
+    assert key is not None
+    await hipq.report_response(key, ResponseRequest(status="throttled", retry_after_seconds=2),
+                               source="kafka")  # the partner's answer (a Kafka response)
     await tick(reconciler)
     stored = await job(hipq, "a")
     assert (stored.status, stored.attempt) == (JobState.QUEUED, 0)

@@ -35,6 +35,7 @@ async def test_an_immediate_outcome_from_the_target_is_applied(
     assert (await job(hipq, "a")).result == {"echo": "a"}
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_response_before_the_launch_is_kept_and_applied(
         hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock) -> None:
     await enqueue(hipq, "a", correlation_key="order-1")
@@ -49,6 +50,7 @@ async def test_a_response_before_the_launch_is_kept_and_applied(
     assert (stored.status, stored.result) == (JobState.SUCCEEDED, "early")
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_duplicate_responses_are_applied_once(
         hipq: Hipq, reconciler: Reconciler, store: Store) -> None:
     await enqueue(hipq, "a")
@@ -64,6 +66,7 @@ async def test_duplicate_responses_are_applied_once(
     assert [t.outcome for t in await history(hipq, "a")] == ["succeeded"]
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_repeated_delivery_key_is_stored_once(
         hipq: Hipq, reconciler: Reconciler, store: Store) -> None:
     await enqueue(hipq, "a")
@@ -94,6 +97,7 @@ async def test_a_status_callback_for_an_older_attempt_is_stale(
     assert (await job(hipq, "a")).status is JobState.SUCCEEDED
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_response_for_an_older_attempt_of_a_fixed_key_is_stale(
         hipq: Hipq, reconciler: Reconciler, store: Store) -> None:
     await enqueue(hipq, "a", correlation_key="order-1")
@@ -110,6 +114,7 @@ async def test_a_response_for_an_older_attempt_of_a_fixed_key_is_stale(
     assert list((await inbox_outcomes(store)).values())[-1] == "stale"
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_late_response_is_recorded_on_the_history_not_applied(
         hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock) -> None:
     await enqueue(hipq, "a")
@@ -152,6 +157,7 @@ async def test_a_late_response_after_the_job_failed_is_recorded(
     assert [t.outcome for t in await history(hipq, "a", "once")] == ["timeout", "late_response"]
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_an_unknown_key_waits_its_buffer_then_is_unmatched(
         hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
     reconciler = Reconciler(store, clock=clock, owner="o1", targets=Targets(memory={"t": target}),
@@ -168,6 +174,7 @@ async def test_an_unknown_key_waits_its_buffer_then_is_unmatched(
     assert (await inbox_outcomes(store))[row] == "unmatched"
 
 
+@pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 async def test_a_late_response_to_a_fixed_key_without_attempt_is_not_applied_to_the_retry(
         hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock) -> None:
     await enqueue(hipq, "a", correlation_key="order-7")

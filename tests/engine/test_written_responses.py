@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from hipq.bodies import ResponseRequest
 from hipq.engine import Reconciler
 from hipq.jobs import JobState
@@ -18,6 +20,8 @@ from hipq.store import Store
 from hipq.testing import FakeClock
 from tests.engine._helpers import enqueue, inbox_outcomes, job, queue, respond, tick
 from tests.engine.test_tick_cost import Recording
+
+pytestmark = pytest.mark.sql_only  # reads the inbox's rows (inbox_outcomes)
 
 
 def _wired(store: Store, clock: FakeClock, target: Any) -> tuple[Hipq, Reconciler, Recording]:

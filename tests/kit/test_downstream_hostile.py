@@ -147,8 +147,10 @@ def test_the_origin_check_compares_scheme_host_port_and_path() -> None:
     origins = callback_app(succeed, hipq_urls=["http://127.0.0.1:808",
                                                "https://GW.example/hipq/"])[WORKER].origins
     for url in ("http://127.0.0.1:808/v1/responses/k?attempt=1&sig=x",
-                "http://127.0.0.1:0808/v1/responses/k", "https://gw.example/hipq/v1/x",
-                "https://gw.example:443/hipq/v1/x", "https://GW.EXAMPLE/hipq/v1/x"):
+                "http://127.0.0.1:0808/v1/responses/k?sig=x",
+                "https://gw.example/hipq/v1/responses/k?sig=x",
+                "https://gw.example:443/hipq/v1/responses/k?sig=x",
+                "https://GW.EXAMPLE/hipq/v1/responses/k?sig=x"):
         assert origins.target(url) is not None, url
     for url in ("http://127.0.0.1:8080/v1/responses/k", "http://127.0.0.1/v1/responses/k",
                 "http://127.0.0.1:808@gw.example/hipq/v1/x", "https://gw.example/hipqx/v1",

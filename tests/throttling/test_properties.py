@@ -26,14 +26,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from hipq.bodies import EnqueueRequest
-from hipq.jobs import Job
+from hipq.jobs import Job, Ordering
 from hipq.store import Store
-from hipq.store import schema as s
 from hipq.testing import FakeClock
 from tests.throttling._helpers import Harness, fresh_id, window_open
 
@@ -216,12 +214,15 @@ class Run:
         for job in new:
             self.check_launch(job, now, live)
 
+    async def live(self) -> list[Job]:
+        """The queue's jobs not ended yet (queued or running)."""
+        queued = await self.store.job_list_live(
+            queue=self.h.queue_id, state="queued", ordering=Ordering.TIME_THEN_PRIORITY,
+            limit=1_000_000)
+        return queued + await self.store.job_load_running(queue=self.h.queue_id)
+
     async def live_ids(self) -> set[str]:
-        """Ids of the queue's jobs not ended yet (queued or running)."""
-        t = s.jobs
-        async with self.store.engine.connect() as conn:
-            rows = await conn.execute(sa.select(t.c.id).where(t.c.queue == self.h.queue_id))
-            return {row.id for row in rows}
+        return {job.id for job in await self.live()}
 
     def check_launch(self, job: Job, now: datetime, live: set[str]) -> None:
         plan = self.plan
@@ -246,11 +247,7 @@ class Run:
 
     async def next_due(self) -> datetime | None:
         """The earliest run_at among queued jobs that head their ordering key."""
-        t = s.jobs
-        async with self.store.engine.connect() as conn:
-            rows = (await conn.execute(sa.select(
-                t.c.id, t.c.status, t.c.run_at, t.c.ordering_key, t.c.key_order_at).where(
-                t.c.queue == self.h.queue_id))).all()
+        rows = await self.live()
         heads: dict[str, Any] = {}
         for row in rows:
             if row.ordering_key is not None:

@@ -17,12 +17,14 @@ IO_LIBRARIES = ("sqlalchemy", "asyncpg", "aiosqlite", "aiohttp", "aiokafka", "ap
                 "multidict")
 # the pure core: importing one of these loads no I/O library, whatever it imports in turn
 PURE_MODULES = (
-    "hipq.jobs", "hipq.spec", "hipq.paths", "hipq.plugins", "hipq.retry", "hipq.throttling",
+    "hipq.jobs", "hipq.spec", "hipq.paths", "hipq.pause_scope", "hipq.plugins", "hipq.retry",
+    "hipq.throttling",
     *sorted(f"hipq.throttling.{p.stem}" for p in (PACKAGE / "throttling").glob("*.py")
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
     "hipq.engine.driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
     "hipq.engine.inbox", "hipq.engine.partner", "hipq.store.records", "hipq.store.base",
+    "hipq.partners", "hipq.partners.headers", "hipq.partners.buckets", "hipq.partners.learning",
 )
 MAX_LINES = 700
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from hipq.config import load_config
+from hipq.config import ApiConfig, load_config
 from hipq.metrics import Metrics
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
@@ -48,3 +48,12 @@ def test_compose_and_example_config() -> None:
     assert settings.api.tokens
     assert "ExecStart=" in (DEPLOY / "hipq.service").read_text()
     assert "ENTRYPOINT" in (DEPLOY / "Dockerfile").read_text()
+
+
+def test_the_unit_raises_the_open_file_limit() -> None:
+    """Each API connection is an open file: the unit's limit leaves room for
+    ``api.max_connections`` and the rest (issue 46, finding 6)."""
+    unit = (DEPLOY / "hipq.service").read_text()
+    limits = re.findall(r"^LimitNOFILE=(\d+)$", unit, flags=re.MULTILINE)
+    assert limits, "deploy/hipq.service sets no LimitNOFILE"
+    assert int(limits[0]) >= 4 * ApiConfig().max_connections

@@ -1,0 +1,171 @@
+"""hipq's defaults against a partner no one here wrote (docs/throttling.md, "What
+hipq does with no setting").
+
+nginx's ``limit_req`` (100 r/s, burst 10, a bare 429) or ``limit_conn`` (5 at
+once) in front of a backend that answers in 50 ms (:mod:`nginx_partner`); one
+queue (or two naming the same partner) allowing 60 at once with no other setting,
+an HTTP target in sync mode; ``jobs`` jobs enqueued with the batch API into real
+``hipq run`` processes. After the first 10 s (from nginx's first request) it reports
+the accepted rate as a share of 100 r/s and the refused share of the requests, and
+from the database the failed jobs and the attempts spent on refusals.
+
+    .venv/bin/python bench/nginx_defaults.py --database sqlite
+    .venv/bin/python bench/nginx_defaults.py --database sqlite --limit conn
+    .venv/bin/python bench/nginx_defaults.py --database postgresql://... --daemons 3 --kill-one
+
+The goal: at least 85% of 100 r/s accepted, at most 5% refused, 0 failed jobs,
+0 attempts spent on refusals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import drop_database, free_port, fresh_database, hipq_config, hipq_daemon, loadavg
+from nginx_partner import NginxPartner
+from partner_proof import Reader, Run, fresh_sqlite, kill_owner
+
+CAPACITY_PER_S = 100.0
+WARMUP_SECONDS = 10.0
+MIN_ACCEPTED_SHARE = 0.85
+MAX_REFUSED_SHARE = 0.05
+BATCH = 500
+QUEUES = ("summaries", "embeddings")
+
+
+def queue_configs(url: str, queues: int) -> list[dict[str, Any]]:
+    """Queues allowing 60 at once, nothing else set (the target's own timeout
+    aside); with two, both name one partner."""
+    out = []
+    for name in QUEUES[:queues]:
+        queue: dict[str, Any] = {"id": name, "concurrency": 60,
+                                 "target": {"kind": "http", "url": url + "/v1/" + name,
+                                            "mode": "sync"}}
+        if queues > 1:
+            queue["partner"] = "nginx"
+        out.append(queue)
+    return out
+
+
+async def enqueue(base: str, queues: int, jobs: int, prefix: str) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for start in range(0, jobs, BATCH):
+            for q, name in enumerate(QUEUES[:queues]):
+                ids = range(start + q, min(start + BATCH, jobs), queues)
+                body = {"jobs": [{"id": f"{prefix}-{n}", "data": {"n": n}} for n in ids]}
+                async with session.post(f"{base}/v1/jobs/{name}/batch", json=body) as answer:
+                    if answer.status != 200:
+                        raise SystemExit(f"batch enqueue: {answer.status} {await answer.text()}")
+
+
+async def done_count(reader: Reader) -> int:
+    return int(await reader.value("SELECT count(*) FROM archived_jobs") or 0)
+
+
+async def outcome(reader: Reader) -> dict[str, Any]:
+    failed = int(await reader.value(
+        "SELECT count(*) FROM archived_jobs WHERE status <> 'succeeded'") or 0)
+    tries = await reader.rows("SELECT outcome, error FROM job_attempts")
+    spent = sum(1 for o, e in tries if o != "throttled" and "429" in str(e or ""))
+    return {"failed_jobs": failed, "attempts_spent_on_refusals": spent,
+            "terminal": await done_count(reader)}
+
+
+async def run(*, database: str, limit: str, queues: int, daemons: int, kill_one: bool,
+              jobs: int, workdir: Path, within: float = 300.0) -> dict[str, Any]:
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
+    name = f"nginx_{limit}_{queues}q"
+    db_name = f"bench_{name}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    if database == "sqlite":
+        path = fresh_sqlite(workdir, name)
+        db_url, reader = f"sqlite+aiosqlite:///{path}", Reader(sqlite_path=path)
+    else:
+        db_url = await fresh_database(database, db_name)
+        reader = Reader(pg_url=db_url)
+    load = [loadavg()]
+    record = Run(jobs=jobs)
+    try:
+        async with AsyncExitStack() as stack:
+            partner = await stack.enter_async_context(NginxPartner.start(
+                rate=100, burst=10, connections=5 if limit == "conn" else None))
+            running = []
+            for n in range(daemons):
+                port = free_port()
+                config = hipq_config(db_url, port, queue_configs(partner.url, queues),
+                                     reconcile={"lease_seconds": 3.0} if daemons > 1 else {})
+                if queues > 1:
+                    config["partners"] = [{"id": "nginx"}]
+                config["api"]["public_url"] = f"http://127.0.0.1:{port}"
+                running.append(await stack.enter_async_context(
+                    hipq_daemon(config, workdir, f"{name}-{n}")))
+            record.started = time.time()
+            await enqueue(running[0].base_url, queues, jobs, name)
+            deadline = time.monotonic() + within
+            while time.monotonic() < deadline:
+                done = await done_count(reader)
+                if done >= jobs:
+                    break
+                if kill_one and record.killed is None and done >= jobs / 3:
+                    await kill_owner(reader, running, record)
+                await asyncio.sleep(0.25)
+            result = await outcome(reader)
+            log = partner.log()
+    finally:
+        await reader.close()
+        if database != "sqlite":
+            await drop_database(database, db_name)
+    load.append(loadavg())
+    t0 = log[0][0] if log else record.started
+    late = [(t, s) for t, s in log if t >= t0 + WARMUP_SECONDS]
+    accepted = [t for t, s in late if 200 <= s < 300]
+    refused = sum(1 for _, s in late if s == 429)
+    span = (max(accepted) - (t0 + WARMUP_SECONDS)) if accepted else 0.0
+    rate = len(accepted) / span if span > 1 else None
+    report = {
+        "database": "sqlite" if database == "sqlite" else "postgresql", "limit": limit,
+        "queues": queues, "daemons": daemons, "kill_one": kill_one, "jobs": jobs,
+        "requests": len(log), "after_warmup_requests": len(late),
+        "accepted_per_s": None if rate is None else round(rate, 1),
+        "accepted_share": None if rate is None else round(rate / CAPACITY_PER_S, 3),
+        "refused_share": round(refused / len(late), 4) if late else None,
+        "killed": record.killed, "loadavg": load, **result,
+    }
+    report["passed"] = (report["accepted_share"] is not None
+                        and report["accepted_share"] >= MIN_ACCEPTED_SHARE
+                        and report["refused_share"] is not None
+                        and report["refused_share"] <= MAX_REFUSED_SHARE
+                        and result["failed_jobs"] == 0 and result["terminal"] == jobs
+                        and result["attempts_spent_on_refusals"] == 0)
+    return report
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--database", default="sqlite", help="sqlite, or a PostgreSQL server URL")
+    p.add_argument("--limit", choices=("req", "conn"), default="req")
+    p.add_argument("--queues", type=int, choices=(1, 2), default=1)
+    p.add_argument("--daemons", type=int, default=1)
+    p.add_argument("--kill-one", action="store_true")
+    p.add_argument("--jobs", type=int, default=3000)
+    p.add_argument("--workdir", type=Path, default=Path(__file__).parent / ".logs" / "nginx")
+    args = p.parse_args()
+    report = asyncio.run(run(database=args.database, limit=args.limit, queues=args.queues,
+                             daemons=args.daemons, kill_one=args.kill_one, jobs=args.jobs,
+                             workdir=args.workdir))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
