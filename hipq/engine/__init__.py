@@ -1,13 +1,18 @@
-"""The engine: the reconcile loop and the parts it coordinates.
+"""The engine: the reconcile loop and the parts it coordinates (docs/internals.md,
+"How it works").
 
-``reconciler`` (one tick: steps 0-5) over ``leases`` (ownership, adoption),
-``inbox`` (responses), ``decide`` (pure decisions), ``runtimes`` (what queue
-settings build), ``throttle`` (the built-in throttler or a plugin), ``launcher``
-(step 5) and ``maintenance`` (vacuum); ``batch`` holds the in-memory state.
+``facade`` (:class:`~hipq.engine.facade.Engine`, what the daemon and the service see;
+when ticks run) over ``reconciler`` (the state between ticks), ``plan`` (one tick,
+steps 0-5, as generators of ``requests``) and ``executor`` (the one part that awaits
+the store: the stage table); the steps' parts ``selection``, ``fates``, ``claims``
+and ``inline``; ``leases`` (ownership, adoption), ``inbox`` (responses), ``partner``
+(the partner's word), ``decide`` (pure decisions), ``runtimes`` (what queue settings
+build), ``throttle`` (the built-in throttler or a plugin), ``launcher`` (step 5) and
+``maintenance`` (vacuum); ``batch`` holds the in-memory state.
 
 The names below are imported on first use (PEP 562): importing a pure part
-(``decide``, ``batch``, ``held``, ``result``, ``driver``) loads neither the
-reconciler nor the database, HTTP or configuration libraries behind it.
+(``decide``, ``batch``, ``held``, ``result``, ``driver``, ``requests``) loads neither
+the reconciler nor the database, HTTP or configuration libraries behind it.
 """
 
 from __future__ import annotations

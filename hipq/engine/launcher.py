@@ -8,9 +8,12 @@ up a tick. What a launch says is handled by kind:
   launch is marked confirmed in the database, in batches (one statement per
   flush), so a new owner after a crash waits for the response;
 - the target gave an **outcome at once** (a Python function's result, a ``sync``
-  HTTP answer) or the launch **failed**: the outcome is handed to the reconciler
-  in memory (:meth:`Launcher.take_outcomes`) and persisted by the next tick's step
-  3 with the job's end or retry, in the same transaction.
+  HTTP answer) or the launch **failed**: the outcome is handed to the next tick in
+  memory (:meth:`Launcher.take_outcomes`) and persisted by its step 3 with the
+  job's end or retry, in the same transaction.
+
+Its in-tick mode (:meth:`Launcher.run_in_tick`, :mod:`hipq.engine.inline`) sends a
+tick's tries at once and waits for their answers within the tick.
 
 A target with a ``dispatch(job)`` method (the Kafka target) is pipelined: the worker
 hands the job over and goes on to the next one; the outcome is recorded when the
