@@ -37,7 +37,7 @@ from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
 from hipq.engine import Reconciler
 from hipq.engine import partner as partner_module
-from hipq.engine import reconciler as reconciler_module
+from hipq.engine import selection as selection_module
 from hipq.service import Hipq
 from hipq.store import open_store
 from hipq.targets import Targets
@@ -78,9 +78,9 @@ async def measure(url: str, jobs: int, ticks: int) -> dict[str, Any]:
     reconciler = Reconciler(store, clock=clock, owner="bench",
                             config=ReconcileConfig(fetch_limit=2000),
                             targets=Targets(memory={"t": target}))
-    reasons = Timed(reconciler_module.held_reasons)
+    reasons = Timed(selection_module.held_reasons)
     word = Timed(partner_module.PartnerWord.held)
-    reconciler_module.held_reasons = reasons  # type: ignore[assignment]
+    selection_module.held_reasons = reasons  # type: ignore[assignment]
     partner_module.PartnerWord.held = lambda self, *a: word(self, *a)  # type: ignore[method-assign]
     cpu: list[float] = []
     held_seen: list[int] = []
