@@ -115,8 +115,9 @@ class Executor:
                 with contextlib.suppress(BaseException):
                     await lane
             raise
-        for lane in beside:
-            await lane
+        for outcome in await asyncio.gather(*beside, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _lane(self, plan: TickPlan, steps: tuple[str, ...]) -> None:
         for step in steps:
