@@ -1,5 +1,5 @@
 """A fake partner API that enforces its own contract (docs/throttling.md, "The
-partner's word" and "Partners").
+partner's word").
 
 A real aiohttp server in its own process, for tests, ``hipq demo`` and the
 benchmarks: hipq launches jobs to it over HTTP and it answers the way a strict
@@ -32,14 +32,15 @@ buckets and its own count of launches in progress:
   full over SECONDS (as OpenAI and Anthropic describe theirs).
 - **Cost.** A launch's estimate is the number at ``--cost-field`` (a dotted path,
   ``data.max_tokens``; missing, or not a number from 0 to 10^15:
-  ``--cost-default``, default 1). Admission takes one request from every requests bucket and the
-  estimate from every cost bucket, or nothing when one lacks room (a launch
-  larger than a whole bucket goes when that bucket is untouched, alone). When the
-  launch ends its **actual cost**, the estimate times a factor drawn uniformly
-  from ``--usage-factor LOW-HIGH`` (default ``1-1``; ``--seed N`` repeats the
-  draws; rounded to a whole number when the estimate is whole, as tokens are),
-  replaces the estimate in the cost buckets, as a provider bills the tokens really
-  used (it may overdraw a bucket; then nothing more fits until it recovers).
+  ``--cost-default``, default 1). Admission takes one request from every
+  requests bucket and the estimate from every cost bucket, or nothing when one
+  lacks room (a launch larger than a whole bucket goes when that bucket is
+  untouched, alone). When the launch ends its **actual cost**, the estimate
+  times a factor drawn uniformly from ``--usage-factor LOW-HIGH`` (default
+  ``1-1``; ``--seed N`` repeats the draws; rounded to a whole number when the
+  estimate is whole, as tokens are), replaces the estimate in the cost buckets,
+  as a provider bills the tokens really used (it may overdraw a bucket; then
+  nothing more fits until it recovers).
 - Beyond a bucket or the concurrency, the launch is refused and takes nothing.
   How: ``--refuse-as 429`` (HTTP 429), ``503`` (HTTP 503, always with
   ``Retry-After``) or ``callback`` (callback mode only: 202, then at once a
@@ -53,7 +54,8 @@ buckets and its own count of launches in progress:
   launch answer, accepted or refused, describes the key's buckets in the
   family's fields, as the vendor documents them: ``ietf`` (``RateLimit-Policy:
   "requests-1s";q=50;w=1`` and ``RateLimit: "requests-1s";r=49;t=1``, one member
-  per bucket), ``ietf-older`` (``RateLimit-Limit``/``-Remaining``/``-Reset``),
+  per bucket, a cost bucket's policy with ``qu="cost"``), ``ietf-older``
+  (``RateLimit-Limit``/``-Remaining``/``-Reset``),
   ``x-ratelimit`` (``X-RateLimit-*``; both of the tightest requests bucket,
   resets in whole seconds, 0 with no window open), ``openai``
   (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``, resets as Go
@@ -79,9 +81,11 @@ and per key that launched, ``keys``: ``{key: {"accepted", "refused", "cost",
 "buckets": {name: {"unit", "limit", "per_seconds", "accepted", "refused" (for
 lack of room in that bucket), "cost" (the actual cost of the accepted launches
 that ended), "max_used" (the most the bucket ever held, as it counts: a fixed
-window's sum, a token bucket's shortfall from full)}}}}``, left out until a key
-launches. ``POST /_partner/reset`` clears the counters and the log (the buckets
-and the launches in progress stay). Neither counts as a launch.
+window's sum, a token bucket's shortfall from full; above ``limit`` only when
+actual costs overdrew it or a launch larger than the bucket went alone)}}}}``,
+left out until a key launches. ``POST /_partner/reset`` clears the counters and
+the log (the buckets and the launches in progress stay). Neither counts as a
+launch.
 
 :class:`Partner` takes a :class:`~hipq.clock.Clock` (tests pass a fake one and
 serve :meth:`Partner.app` in-process); :class:`PartnerProcess` starts one in a
