@@ -31,9 +31,11 @@ import hmac
 import ipaddress
 import re
 import secrets
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
 
-from hipq.store import Store
+if TYPE_CHECKING:  # the kit (hipq.client, hipq.downstream) loads no store
+    from hipq.store import Store
 
 SIGNING_KEY_META = "signing_key"
 INSTANCE_META = "instance_id"  # /healthz's instance: random, made on first use

@@ -1,8 +1,10 @@
-"""hipq.downstream.partner, the fake partner that enforces its own contract (SPEC
-15, "The proof"): a real ``python -m hipq.downstream.partner`` process hit over
-real sockets. Concurrency and rate-window refusals per API key, the headers a
-refusal and a success carry, 503 and throttled-callback refusals, callback mode,
-stats and reset, a clean SIGTERM."""
+"""hipq.downstream.partner, the fake partner that enforces its own contract
+(docs/throttling.md, "The partner's word"): a real ``python -m
+hipq.downstream.partner`` process hit over real sockets. Concurrency and
+rate-window refusals per API key, the headers a refusal and a success carry, 503
+and throttled-callback refusals, callback mode, stats and reset, a clean SIGTERM.
+Budgets in cost, several windows and the header families:
+tests/kit/test_partner_budgets.py."""
 
 from __future__ import annotations
 
