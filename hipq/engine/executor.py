@@ -137,6 +137,9 @@ class Executor:
                 answer, error = await self.ask(request), None
             except Exception as exc:
                 answer, error = None, exc
+            except BaseException:  # cancelled: the plan's own clean-up runs now
+                plan.close()
+                raise
 
     async def ask(self, request: Any) -> Any:
         """Run one request (or a plan) and answer it."""
