@@ -2,18 +2,27 @@
 
 PostgreSQL comes from ``HIPQ_TEST_DATABASE_URL`` (set by ``scripts/test``) or, for a
 bare ``pytest`` run, from ``scripts/pg-ephemeral`` started for the session. A
-template database is migrated once; each test gets ``CREATE DATABASE ... TEMPLATE``
-(Procrastinate's pattern), dropped afterwards. With ``CI`` set, a missing PostgreSQL
-fails the run instead of skipping.
+template database is migrated once per session; each test gets ``CREATE DATABASE
+... TEMPLATE`` (Procrastinate's pattern), made while the test before it runs and
+dropped while the test after it runs (:class:`Databases`). SQLite's schema is
+migrated once per session into a file that each test gets a copy of. With ``CI``
+set, a missing PostgreSQL fails the run instead of skipping.
+
+Under pytest-xdist (``scripts/test`` runs ``-n``) every session fixture is made per
+worker, and whatever the workers share (the PostgreSQL server, the Kafka broker)
+is named per worker: database names carry :data:`WORKER` and the process id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncpg
@@ -30,11 +39,11 @@ hypothesis.settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-TEMPLATE_DB = "hipq_template"
+# pytest-xdist's worker ("gw0", "gw1", ...), "main" in a run without workers
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+TEMPLATE_DB = f"hipq_template_{WORKER}_{os.getpid()}"
 BACKENDS = ["sqlite", "postgresql"]  # the databases
 MEMORY = "memory"  # the store kept in memory (hipq.store.memory): a test double
-
-_db_numbers = itertools.count()
 
 
 def _start_service(tool: str, env_var: str) -> tuple[str, Callable[[], None] | None]:
@@ -99,7 +108,7 @@ async def _admin(pg_url: str, *statements: str) -> None:
 
 @pytest.fixture(scope="session")
 async def pg_template(pg_url: str) -> AsyncIterator[str]:
-    """Name of a migrated template database, made once per session."""
+    """Name of a migrated template database, made once per session (per worker)."""
     await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)",
                  f"CREATE DATABASE {TEMPLATE_DB}")
     await migrate_database(_with_database(pg_url, TEMPLATE_DB, driver="+asyncpg"))
@@ -107,19 +116,111 @@ async def pg_template(pg_url: str) -> AsyncIterator[str]:
     await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
 
 
-async def _pg_database(pg_url: str, template: str) -> AsyncIterator[str]:
-    name = f"test_{os.getpid()}_{next(_db_numbers)}"
-    await _admin(pg_url, f"CREATE DATABASE {name} TEMPLATE {template}")
+class Databases:
+    """The tests' PostgreSQL databases, each a copy of the template, on one admin
+    connection: the next one is made while a test runs, and a finished test's is
+    dropped while the next runs. A copy takes 50 ms of the server's time on a quiet
+    machine and up to a second on a busy one; the test no longer waits for it."""
+
+    def __init__(self, server_url: str, template: str) -> None:
+        self.server_url = server_url
+        self.template = template
+        self._numbers = itertools.count()
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()  # one statement at a time on the connection
+        self._next: asyncio.Task[str] | None = None
+        self._drops: set[asyncio.Task[None]] = set()
+
+    async def open(self) -> None:
+        self._conn = await asyncpg.connect(self.server_url)
+
+    async def _execute(self, statement: str) -> None:
+        assert self._conn is not None, "Databases.open() first"
+        async with self._lock:
+            await self._conn.execute(statement)
+
+    async def _create(self) -> str:
+        name = f"test_{WORKER}_{os.getpid()}_{next(self._numbers)}"
+        await self._execute(f"CREATE DATABASE {name} TEMPLATE {self.template}")
+        return name
+
+    async def take(self) -> str:
+        """A new database's name (the one made ahead, if any); the next is begun."""
+        made, self._next = self._next, None
+        name = await (made if made is not None else self._create())
+        self._next = asyncio.create_task(self._create())
+        return name
+
+    def drop(self, name: str) -> None:
+        """Drop ``name`` in the background (its connections closed by force)."""
+        task = asyncio.create_task(self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        self._drops.add(task)
+        task.add_done_callback(self._drops.discard)
+
+    async def close(self) -> None:
+        if self._next is not None:
+            self.drop(await self._next)
+        await asyncio.gather(*self._drops)
+        if self._conn is not None:
+            await self._conn.close()
+
+
+@pytest.fixture(scope="session")
+async def pg_databases(pg_url: str, pg_template: str) -> AsyncIterator[Databases]:
+    """The source of each test's PostgreSQL database (:class:`Databases`)."""
+    databases = Databases(pg_url, pg_template)
+    await databases.open()
+    yield databases
+    await databases.close()
+
+
+async def _pg_database(databases: Databases) -> AsyncIterator[str]:
+    name = await databases.take()
     try:
-        yield _with_database(pg_url, name, driver="+asyncpg")
+        yield _with_database(databases.server_url, name, driver="+asyncpg")
     finally:
-        await _admin(pg_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        databases.drop(name)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once per session (per worker); each test's database is
+    a copy of it (mode 0600, as the store creates it). The migration runs on a loop
+    of its own, in a thread: this fixture may be first asked for by an async one."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "hipq.db"
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, migrate_database(f"sqlite+aiosqlite:///{path}")).result()
+    assert not list(path.parent.glob("hipq.db-*")), "the template was not closed cleanly"
+    return path
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sql_only: runs on the databases (BACKENDS) only, never on the store in "
         "memory: the test reads what a SQL driver wrote in its tables, or checks its SQL")
+
+
+# Folders whose tests share something costly made once per worker: under pytest-xdist
+# (``--dist loadgroup``) each goes to one worker whole. The browser tests share one
+# Chromium (tests/browser/conftest.py).
+WORKER_GROUPS = ("browser",)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The tests of each of :data:`WORKER_GROUPS` in one pytest-xdist group (marked
+    here, before pytest-xdist reads the marks)."""
+    folder = item.path.parent.name
+    if folder in WORKER_GROUPS:
+        item.add_marker(pytest.mark.xdist_group(folder))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (by fixture scope)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker, the tests marked ``slow`` first (stable otherwise):
+    the workers start on the longest and end on short ones, rather than one worker
+    running a long test alone at the end. A run without workers keeps its order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(params=BACKENDS, ids=BACKENDS)
@@ -151,36 +252,46 @@ def backends_for(metafunc: pytest.Metafunc, default: list[str]) -> None:
     metafunc.parametrize("backend", names, indirect=True, ids=names)
 
 
-async def _migrated_url(backend: str, request: pytest.FixtureRequest,
-                        tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh migrated database URL on ``backend`` (``memory://``: a new store at
-    each open)."""
-    if backend == MEMORY:
-        yield "memory://"
-        return
+@pytest.fixture
+def database_source(backend: str, request: pytest.FixtureRequest) -> Databases | Path | None:
+    """What the test's database on ``backend`` is made from: :class:`Databases`
+    (PostgreSQL), the migrated SQLite file, None for the store in memory. Session
+    fixtures are set up here, in a sync fixture: an async fixture cannot set one up
+    (the loop is running then), whoever chose the backend."""
+    if backend == "postgresql":
+        return request.getfixturevalue("pg_databases")
     if backend == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path}/hipq.db"
-        await migrate_database(url)
-        yield url
-        return
-    pg_url = request.getfixturevalue("pg_url")  # already set up by ``backend``
-    async for url in _pg_database(pg_url, TEMPLATE_DB):
-        yield url
+        return request.getfixturevalue("sqlite_template")
+    return None
+
+
+async def _migrated_url(source: Databases | Path | None, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh migrated database URL made from ``source`` (``memory://``: a new store
+    at each open; SQLite: a copy of the migrated template file)."""
+    if source is None:
+        yield "memory://"
+    elif isinstance(source, Path):
+        path = tmp_path / "hipq.db"
+        shutil.copy(source, path)
+        yield f"sqlite+aiosqlite:///{path}"
+    else:
+        async for url in _pg_database(source):
+            yield url
 
 
 @pytest.fixture
-async def db_url(backend: str, request: pytest.FixtureRequest,
+async def db_url(database_source: Databases | Path | None,
                  tmp_path: Path) -> AsyncIterator[str]:
     """A migrated database URL on each backend; no store is kept open."""
-    async for url in _migrated_url(backend, request, tmp_path):
+    async for url in _migrated_url(database_source, tmp_path):
         yield url
 
 
 @pytest.fixture
-async def store(backend: str, request: pytest.FixtureRequest,
+async def store(database_source: Databases | Path | None,
                 tmp_path: Path) -> AsyncIterator[Store]:
     """A migrated store on each backend; fails the test if a pooled connection leaked."""
-    async for url in _migrated_url(backend, request, tmp_path):
+    async for url in _migrated_url(database_source, tmp_path):
         opened = await open_store(url)
         try:
             yield opened

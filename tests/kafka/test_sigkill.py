@@ -103,7 +103,7 @@ async def test_sigkill_between_inbox_insert_and_commit(kafka_bootstrap: str,
         async with responder(kafka_bootstrap, requests_topic, responses_topic,
                              answer) as downstream:
             first = _start(config, log, pause_file=paused)
-            await wait_until(lambda: _exists(paused, first), within=60,
+            await wait_until(lambda: _paused(paused, first), within=60,
                              what="the consumer to pause after its inbox insert")
             first.send_signal(signal.SIGKILL)
             await asyncio.to_thread(first.wait, 10)
@@ -148,6 +148,11 @@ async def _started(log: Path, *, times: int, proc: subprocess.Popen[bytes]) -> b
     return text.count("hipq running as") >= times
 
 
-async def _exists(path: Path, proc: subprocess.Popen[bytes]) -> bool:
+async def _paused(path: Path, proc: subprocess.Popen[bytes]) -> bool:
+    """The pause file is there and whole (the hook creates it, then writes it: a
+    test that only saw it exist could kill the daemon in between)."""
     assert proc.poll() is None, "the daemon exited early"
-    return await asyncio.to_thread(path.exists)
+    try:
+        return "written" in json.loads(await asyncio.to_thread(path.read_text))
+    except (FileNotFoundError, ValueError):
+        return False
