@@ -46,12 +46,13 @@ BACKENDS = ["sqlite", "postgresql"]  # the databases
 MEMORY = "memory"  # the store kept in memory (hipq.store.memory): a test double
 
 
-def _start_service(tool: str, env_var: str) -> tuple[str, Callable[[], None] | None]:
+def _start_service(tool: str, env_var: str | None,
+                   name: str = "") -> tuple[str, Callable[[], None] | None]:
     """The service's address from ``env_var``, else from a started ``scripts/<tool>``
     (with the function that stops it)."""
-    if os.environ.get(env_var):
+    if env_var is not None and os.environ.get(env_var):
         return os.environ[env_var], None
-    name = f"hipq-pytest-{os.getpid()}"
+    name = name or f"hipq-pytest-{os.getpid()}"
     env = dict(os.environ, PG_EPHEMERAL_NAME=name, KAFKA_EPHEMERAL_NAME=name,
                PYTHON=sys.executable)
     tool_path = str(SCRIPTS / tool)
@@ -66,7 +67,8 @@ def _start_service(tool: str, env_var: str) -> tuple[str, Callable[[], None] | N
     except (OSError, subprocess.SubprocessError) as exc:
         stop()
         detail = getattr(exc, "stderr", None) or exc
-        message = f"{env_var} is not set and scripts/{tool} could not start: {detail}"
+        message = (f"{env_var} is not set and " if env_var else "") + (
+            f"scripts/{tool} could not start: {detail}")
         if os.environ.get("CI"):
             pytest.fail(f"CI: {message}", pytrace=False)
         pytest.skip(message)
@@ -77,6 +79,19 @@ def _start_service(tool: str, env_var: str) -> tuple[str, Callable[[], None] | N
 def pg_url() -> Iterator[str]:
     """A PostgreSQL server URL (``postgresql://...``, database ``postgres``)."""
     url, stop = _start_service("pg-ephemeral", "HIPQ_TEST_DATABASE_URL")
+    yield url
+    if stop is not None:
+        stop()
+
+
+@pytest.fixture(scope="session")
+def alone_pg_url() -> Iterator[str]:
+    """A PostgreSQL server of this worker's own (``scripts/pg-ephemeral``, started when
+    a test marked ``alone_on_server`` first needs it), for tests that a database
+    made meanwhile on the shared server would disturb: while any session runs
+    ``CREATE DATABASE``, PostgreSQL prunes no page and vacuums no row version that
+    another database's transactions left behind, so a HOT update finds no room."""
+    url, stop = _start_service("pg-ephemeral", None, name=f"hipq-alone-{WORKER}-{os.getpid()}")
     yield url
     if stop is not None:
         stop()
@@ -106,14 +121,19 @@ async def _admin(pg_url: str, *statements: str) -> None:
         await conn.close()
 
 
+async def _template(server_url: str) -> AsyncIterator[str]:
+    await _admin(server_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)",
+                 f"CREATE DATABASE {TEMPLATE_DB}")
+    await migrate_database(_with_database(server_url, TEMPLATE_DB, driver="+asyncpg"))
+    yield TEMPLATE_DB
+    await _admin(server_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
+
+
 @pytest.fixture(scope="session")
 async def pg_template(pg_url: str) -> AsyncIterator[str]:
     """Name of a migrated template database, made once per session (per worker)."""
-    await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)",
-                 f"CREATE DATABASE {TEMPLATE_DB}")
-    await migrate_database(_with_database(pg_url, TEMPLATE_DB, driver="+asyncpg"))
-    yield TEMPLATE_DB
-    await _admin(pg_url, f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
+    async for name in _template(pg_url):
+        yield name
 
 
 class Databases:
@@ -122,14 +142,16 @@ class Databases:
     dropped while the next runs. A copy takes 50 ms of the server's time on a quiet
     machine and up to a second on a busy one; the test no longer waits for it."""
 
-    def __init__(self, server_url: str, template: str) -> None:
+    def __init__(self, server_url: str, template: str, *, ahead: bool = True) -> None:
         self.server_url = server_url
         self.template = template
+        self.ahead = ahead  # make the next database while a test runs
         self._numbers = itertools.count()
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()  # one statement at a time on the connection
         self._next: asyncio.Task[str] | None = None
         self._drops: set[asyncio.Task[None]] = set()
+        self.failed_drops: list[str] = []
 
     async def open(self) -> None:
         self._conn = await asyncpg.connect(self.server_url)
@@ -148,14 +170,22 @@ class Databases:
         """A new database's name (the one made ahead, if any); the next is begun."""
         made, self._next = self._next, None
         name = await (made if made is not None else self._create())
-        self._next = asyncio.create_task(self._create())
+        if self.ahead:
+            self._next = asyncio.create_task(self._create())
         return name
 
     def drop(self, name: str) -> None:
-        """Drop ``name`` in the background (its connections closed by force)."""
-        task = asyncio.create_task(self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        """Drop ``name`` in the background (its connections closed by force); a drop
+        that fails fails the session at :meth:`close`."""
+        task = asyncio.create_task(self._drop(name))
         self._drops.add(task)
         task.add_done_callback(self._drops.discard)
+
+    async def _drop(self, name: str) -> None:
+        try:
+            await self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        except Exception as exc:
+            self.failed_drops.append(f"{name}: {exc!r}")
 
     async def close(self) -> None:
         if self._next is not None:
@@ -163,6 +193,7 @@ class Databases:
         await asyncio.gather(*self._drops)
         if self._conn is not None:
             await self._conn.close()
+        assert not self.failed_drops, f"databases not dropped: {self.failed_drops}"
 
 
 @pytest.fixture(scope="session")
@@ -172,6 +203,18 @@ async def pg_databases(pg_url: str, pg_template: str) -> AsyncIterator[Databases
     await databases.open()
     yield databases
     await databases.close()
+
+
+@pytest.fixture(scope="session")
+async def alone_databases(alone_pg_url: str) -> AsyncIterator[Databases]:
+    """The databases of the tests marked ``alone_on_server``: on
+    :func:`alone_pg_url`'s server, each made when its test starts (never while one
+    runs)."""
+    async for template in _template(alone_pg_url):
+        databases = Databases(alone_pg_url, template, ahead=False)
+        await databases.open()
+        yield databases
+        await databases.close()
 
 
 async def _pg_database(databases: Databases) -> AsyncIterator[str]:
@@ -198,20 +241,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sql_only: runs on the databases (BACKENDS) only, never on the store in "
         "memory: the test reads what a SQL driver wrote in its tables, or checks its SQL")
+    config.addinivalue_line(
+        "markers", "alone_on_server: on PostgreSQL, the test's database is on a server of "
+        "the worker's own, where no database is made while it runs (page pruning, vacuum)")
 
 
 # Folders whose tests share something costly made once per worker: under pytest-xdist
 # (``--dist loadgroup``) each goes to one worker whole. The browser tests share one
 # Chromium (tests/browser/conftest.py).
 WORKER_GROUPS = ("browser",)
+# Folders whose every test is ``slow``: real hipq processes, a cluster, the Kafka
+# broker (elsewhere a module says so itself with ``pytestmark``).
+SLOW_FOLDERS = ("e2e", "kafka", "kit", "scale")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """The tests of each of :data:`WORKER_GROUPS` in one pytest-xdist group (marked
-    here, before pytest-xdist reads the marks)."""
+    here, before pytest-xdist reads the marks); those of :data:`SLOW_FOLDERS` slow."""
     folder = item.path.parent.name
     if folder in WORKER_GROUPS:
         item.add_marker(pytest.mark.xdist_group(folder))
+    if folder in SLOW_FOLDERS:
+        item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering (by fixture scope)
@@ -259,7 +310,8 @@ def database_source(backend: str, request: pytest.FixtureRequest) -> Databases |
     fixtures are set up here, in a sync fixture: an async fixture cannot set one up
     (the loop is running then), whoever chose the backend."""
     if backend == "postgresql":
-        return request.getfixturevalue("pg_databases")
+        alone = request.node.get_closest_marker("alone_on_server") is not None
+        return request.getfixturevalue("alone_databases" if alone else "pg_databases")
     if backend == "sqlite":
         return request.getfixturevalue("sqlite_template")
     return None

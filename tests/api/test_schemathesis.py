@@ -27,6 +27,7 @@ from hipq.service import Hipq
 from hipq.store import open_store
 from tests.api.conftest import ADMIN
 
+pytestmark = pytest.mark.slow  # the schemathesis CLI against a daemon, about 40 s
 EXAMPLES = 12  # per operation and phase: about 1,000 requests in all
 SEED = 27
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")

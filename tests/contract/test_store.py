@@ -1151,6 +1151,7 @@ async def test_recovers_when_the_database_drops_its_connections(store: Store,
 # -- maintenance ------------------------------------------------------------------------
 
 
+@pytest.mark.alone_on_server  # a database made meanwhile keeps the vacuum from removing rows
 async def test_vacuum_clears_the_jobs_table_of_jobs_long_gone(store: Store,
                                                               clock: FakeClock) -> None:
     """PostgreSQL vacuums the hot table on request (the reconcile loop asks every

@@ -18,6 +18,7 @@ from hipq.service import Hipq
 from hipq.store import open_store
 
 ROOT = Path(__file__).parents[2]
+pytestmark = pytest.mark.slow  # hipq processes, one a command
 TARGET = "async def greet(job, **options):\n    return {'greeting': 'hi ' + job.data['name']}\n"
 
 
