@@ -261,6 +261,10 @@ class Backoff(_Strict):
         description="the longest pause a time the partner gives (Retry-After, a "
                     "rate-limit reset, retry_after_seconds) may cause")
     max_throttled: int = Field(default=50, ge=0, le=1_000_000)
+    learn: bool = Field(
+        default=True,
+        description="when the partner refuses without saying until when, learn its rate "
+                    "(lower it, then probe back up) instead of pausing for a doubling time")
 
     @model_validator(mode="after")
     def _scoped(self) -> Backoff:
@@ -366,7 +370,8 @@ class QueueConfig(_Strict):
                                 initial_seconds=self.backoff.initial_seconds,
                                 max_seconds=self.backoff.max_seconds,
                                 max_partner_seconds=self.backoff.max_partner_seconds,
-                                max_throttled=self.backoff.max_throttled),
+                                max_throttled=self.backoff.max_throttled,
+                                learn=self.backoff.learn),
             adaptive=None if self.adaptive is None else AdaptiveSpec(
                 min=self.adaptive.min, increase_every=self.adaptive.increase_every,
                 decrease=self.adaptive.decrease),

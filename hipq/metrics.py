@@ -61,7 +61,7 @@ OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout",
             "throttled")
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
 HELD_REASONS = ("concurrency", "quota", "window", "rate_limit", "backoff", "ordering_key",
-                "throttler")  # SPEC 15; each shown per queue (0 when none)
+                "throttler", "partner")  # SPEC 15; each shown per queue (0 when none)
 INTAKE_OTHER_QUEUES = 20  # names of unknown queues shown in the intake metrics, at most
 OTHER_QUEUE = "(other)"
 _QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
@@ -151,6 +151,7 @@ class QueueWord:
     throttled_total: int = 0
     effective_concurrency: int | None = None
     held: Mapping[str, int] = field(default_factory=dict)
+    learned_rate: float | None = None  # launches a second, learned from refusals
 
 
 IntakeCounts = Mapping[str, tuple[int, int]]  # (pending, rejected) rows by queue

@@ -99,6 +99,9 @@ def _partner(gauges: QueueGauges) -> Iterator[Metric]:
     effective = GaugeMetricFamily("hipq_queue_effective_concurrency", "The concurrency "
                                   "in force: the adaptive limit, else the configured one",
                                   labels=["queue"])
+    learned = GaugeMetricFamily("hipq_queue_learned_rate", "The launch rate a queue's "
+                                "owner learned from refusals that gave no time, a second "
+                                "(absent: no learned limit)", labels=["queue"])
     held = GaugeMetricFamily("hipq_queue_held_jobs", "Due jobs held back at the last "
                              "tick of a queue, by reason", labels=["queue", "reason"])
     for w in gauges.words:
@@ -106,9 +109,11 @@ def _partner(gauges: QueueGauges) -> Iterator[Metric]:
         throttled.add_metric([w.queue], w.throttled_total)
         if w.effective_concurrency is not None:
             effective.add_metric([w.queue], w.effective_concurrency)
+        if w.learned_rate is not None:
+            learned.add_metric([w.queue], round(w.learned_rate, 3))
         for reason in (*HELD_REASONS, *sorted(set(w.held) - set(HELD_REASONS))):
             held.add_metric([w.queue, reason], w.held.get(reason, 0))
-    yield from (active, throttled, effective, held)
+    yield from (active, throttled, effective, learned, held)
 
 
 def _intake(gauges: QueueGauges) -> Iterator[Metric]:

@@ -95,7 +95,9 @@ def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
         word = {"backoff": [b.to_json() for b in
                             snapshot.pauses_in_force(record.id, now, PAUSES_SHOWN)],
                 "effective_concurrency": told.effective_concurrency, "held": told.held,
-                "throttled_total": told.throttled_total}
+                "throttled_total": told.throttled_total,
+                "learned_rate": (None if told.learned_rate is None
+                                 else round(told.learned_rate, 3))}
     return QueueOut.model_validate({
         "id": record.id, "paused": record.paused, "config": config,
         "created_at": record.created_at, "updated_at": record.updated_at,

@@ -138,8 +138,13 @@ class QueueOut(_Out):
         "queue adapts, else the configured one (null: no concurrency)")
     held: dict[str, int] = Field(
         default_factory=dict, description="the due jobs its owner held back at its last tick, "
-        "by reason: concurrency, quota, window, rate_limit, backoff, ordering_key, throttler")
+        "by reason: concurrency, quota, window, rate_limit, backoff, ordering_key, throttler, "
+        "partner (the learned rate)")
     throttled_total: int = Field(default=0, description="throttled tries of the queue in all")
+    learned_rate: float | None = Field(
+        default=None, description="launches a second its owner allows now, learned from "
+        "refusals that gave no time (null: no learned limit; docs/throttling.md, "
+        "\"Partners\")")
 
 
 class QueueList(_Out):

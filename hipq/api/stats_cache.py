@@ -28,7 +28,7 @@ from aiohttp import web
 
 from hipq.clock import Clock, SystemClock
 from hipq.config import QueueConfig
-from hipq.engine.partner import effective_limit
+from hipq.engine.partner import effective_limit, learned_rate
 from hipq.metrics import QueueWord
 from hipq.service import Hipq
 from hipq.store import QueueStats
@@ -78,7 +78,8 @@ class Snapshot:
             effective_concurrency=effective_limit(
                 config.concurrency, None if adaptive is None else adaptive.min,
                 None if state is None else state.effective),
-            held=dict(state.held or {}) if state is not None else {})
+            held=dict(state.held or {}) if state is not None else {},
+            learned_rate=None if state is None else learned_rate(state, now))
 
     def without_pauses(self, queues: set[str]) -> Snapshot:
         if not queues.intersection(self.pauses):

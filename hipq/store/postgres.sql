@@ -1049,27 +1049,29 @@ DELETE FROM queue_backoffs WHERE queue = :queue
 
 -- name: queue_state_list
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total
+       throttled_total, learned_rate, learned_since
 FROM queue_state WHERE queue = ANY(:queues::text[])
 
 -- name: queue_state_all
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total
+       throttled_total, learned_rate, learned_since
 FROM queue_state
 
 -- name: queue_state_save
 INSERT INTO queue_state (queue, effective, successes, decreased_at, held, held_at,
-                         throttled_total)
+                         throttled_total, learned_rate, learned_since)
 SELECT u.queue, u.effective, u.successes, u.decreased_at, u.held::jsonb, u.held_at,
-       u.throttled_total
+       u.throttled_total, u.learned_rate, u.learned_since
 FROM unnest(:queues::text[], :effectives::float8[], :successes::int4[],
             :decreased_ats::timestamptz[], :helds::text[], :held_ats::timestamptz[],
-            :totals::int8[])
-    AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total)
+            :totals::int8[], :learned_rates::float8[], :learned_sinces::timestamptz[])
+    AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total,
+         learned_rate, learned_since)
 ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
     successes = excluded.successes, decreased_at = excluded.decreased_at,
     held = excluded.held, held_at = excluded.held_at,
-    throttled_total = excluded.throttled_total
+    throttled_total = excluded.throttled_total, learned_rate = excluded.learned_rate,
+    learned_since = excluded.learned_since
 
 -- -- why a job waits (SPEC 15) -------------------------------------------------------
 -- Where a queued job stands in its queue, in one read, when one job is asked for

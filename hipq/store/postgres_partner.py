@@ -55,7 +55,9 @@ class PartnerStatements:
             effectives=[x.effective for x in states], successes=[x.successes for x in states],
             decreased_ats=[x.decreased_at for x in states],
             helds=[to_json(x.held) for x in states], held_ats=[x.held_at for x in states],
-            totals=[x.throttled_total for x in states])
+            totals=[x.throttled_total for x in states],
+            learned_rates=[x.learned_rate for x in states],
+            learned_sinces=[x.learned_since for x in states])
 
     async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
                            key_mode: str = "strict") -> JobStanding:

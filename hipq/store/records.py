@@ -352,6 +352,8 @@ class QueueState:
     held: dict[str, int] | None = None
     held_at: datetime | None = None
     throttled_total: int = 0
+    learned_rate: float | None = None  # the rate last refused (CUBIC's w_max), a second
+    learned_since: datetime | None = None  # when that refusal came
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -607,7 +607,8 @@ class SQLiteStore(SQLiteIntake):
         stmt = insert(t)
         stmt = stmt.on_conflict_do_update(index_elements=[t.c.queue], set_={
             c: stmt.excluded[c] for c in ("effective", "successes", "decreased_at", "held",
-                                          "held_at", "throttled_total")})
+                                          "held_at", "throttled_total", "learned_rate",
+                                          "learned_since")})
         async with self._tx() as conn:
             await conn.execute(stmt, [queue_state_values(state) for state in states])
 

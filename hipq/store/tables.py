@@ -251,6 +251,8 @@ queue_state = sa.Table(
     sa.Column("held", JSON),
     sa.Column("held_at", UTCDateTime),
     sa.Column("throttled_total", BigId, nullable=False),
+    sa.Column("learned_rate", sa.Float),
+    sa.Column("learned_since", UTCDateTime),
 )
 
 class IntakeSize(sa.sql.expression.ColumnElement[int]):

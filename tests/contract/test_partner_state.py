@@ -45,7 +45,8 @@ async def test_a_queues_pauses_are_replaced_whole_and_cleared(store: Store,
 async def test_what_an_owner_learned_is_saved_whole(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     learned = QueueState(queue=Q, effective=2.5, successes=3, decreased_at=t0,
-                         held={"capacity": 2, "window": 1}, held_at=t0, throttled_total=7)
+                         held={"capacity": 2, "window": 1}, held_at=t0, throttled_total=7,
+                         learned_rate=81.5, learned_since=t0)
     await store.queue_state_save([learned, QueueState(queue="other", throttled_total=1)])
     assert await store.queue_state_list(queues=[Q]) == {Q: learned}
     assert set(await store.queue_state_list()) == {Q, "other"}

@@ -72,7 +72,7 @@ async def test_without_a_time_the_back_off_doubles_per_round_up_to_the_max(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget, clock: FakeClock,
         store: Store) -> None:
     await hipq.create_queue(queue(attempts=1, backoff={"initial_seconds": 1,
-                                                       "max_seconds": 5}))
+                                                       "max_seconds": 5, "learn": False}))
     for i in range(3):
         await enqueue(hipq, f"j{i}")
     target.behaviour = throttle()
@@ -217,7 +217,8 @@ async def test_a_pause_survives_a_handover(
 async def test_adaptive_concurrency_decreases_once_a_round_and_grows_back(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget, clock: FakeClock,
         store: Store) -> None:
-    await hipq.create_queue(queue(concurrency=8, attempts=5, backoff={"initial_seconds": 1},
+    await hipq.create_queue(queue(concurrency=8, attempts=5,
+                                  backoff={"initial_seconds": 1, "learn": False},
                                   adaptive={"min": 1, "increase_every": 2,
                                             "decrease": 0.5}))
     for i in range(40):
