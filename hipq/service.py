@@ -140,10 +140,11 @@ class Hipq:
         return await self.store.queue_list()
 
     async def set_paused(self, queue: str, paused: bool) -> QueueRecord:
-        """Pause or resume a queue; a resume also ends its partner's pauses (docs/throttling.md:
-        cleared first, then the record is touched, so its owner reloads them)."""
+        """Pause or resume a queue; a resume also ends its partner's pauses and makes the
+        jobs they held back due now (docs/throttling.md: cleared first, then the record
+        is touched, so its owner reloads them)."""
         if not paused:
-            await self.store.backoff_clear(queue=queue)
+            await self.store.backoff_clear(queue=queue, now=self.clock.now())
         if not await self.store.queue_set_paused(queue, paused, now=self.clock.now()):
             raise QueueNotFound(queue)
         self._configs.pop(queue, None)

@@ -1047,6 +1047,22 @@ ON CONFLICT (queue, scope) DO UPDATE SET until = excluded.until, reason = exclud
 -- name: backoff_clear
 DELETE FROM queue_backoffs WHERE queue = :queue
 
+-- name: backoff_clear_due
+-- A resume: every pause of the queue ends, and, in the same statement, its queued
+-- jobs given back by the partner's "not now" (their last error: kind 'throttled',
+-- with 'in_a_row' and data.from_partner true, as hipq.engine.decide.change_for
+-- requeues them) and due later than :now are due at :now. Jobs waiting for a
+-- run_after, a retry's back-off or a producer's throttled status are left alone.
+-- The queue's future jobs are read through ix_jobs_due_time (a resume is rare).
+WITH gone AS (DELETE FROM queue_backoffs WHERE queue = :queue RETURNING 1),
+due AS (
+    UPDATE jobs SET run_at = :now, updated_at = :now
+    WHERE queue = :queue AND status = 'queued' AND run_at > :now
+      AND error->>'kind' = 'throttled' AND error->'in_a_row' IS NOT NULL
+      AND error->'data'->'from_partner' = 'true'::jsonb
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone) AS cleared, (SELECT count(*) FROM due) AS due
+
 -- name: queue_state_list
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
        throttled_total, learned_rate, learned_since

@@ -38,8 +38,11 @@ class PartnerStatements:
                             streaks=[b.streak for b in backoffs],
                             sinces=[b.since for b in backoffs])
 
-    async def backoff_clear(self, *, queue: str) -> int:
-        return await self._execute("backoff_clear", queue=queue)
+    async def backoff_clear(self, *, queue: str, now: datetime | None = None) -> int:
+        if now is None:
+            return await self._execute("backoff_clear", queue=queue)
+        row = await self._fetchrow("backoff_clear_due", queue=queue, now=now)
+        return int(row["cleared"])
 
     async def queue_state_list(self, *, queues: Sequence[str] | None = None
                                ) -> dict[str, QueueState]:

@@ -586,10 +586,19 @@ class SQLiteStore(SQLiteIntake):
                     {"queue": queue, "scope": b.scope, "until": b.until, "reason": b.reason,
                      "streak": b.streak, "since": b.since} for b in backoffs])
 
-    async def backoff_clear(self, *, queue: str) -> int:
-        t = s.queue_backoffs
+    async def backoff_clear(self, *, queue: str, now: datetime | None = None) -> int:
+        t, j = s.queue_backoffs, s.jobs
         async with self._tx() as conn:
-            return (await conn.execute(t.delete().where(t.c.queue == queue))).rowcount
+            cleared = (await conn.execute(t.delete().where(t.c.queue == queue))).rowcount
+            if now is not None:  # as postgres.sql's backoff_clear_due
+                error = j.c.error
+                await conn.execute(j.update().where(
+                    j.c.queue == queue, j.c.status == s.QUEUED, j.c.run_at > now,
+                    sa.func.json_extract(error, "$.kind") == "throttled",
+                    sa.func.json_type(error, "$.in_a_row").is_not(None),
+                    sa.func.json_type(error, "$.data.from_partner") == "true",
+                ).values(run_at=now, updated_at=now))
+            return int(cleared)
 
     async def queue_state_list(self, *, queues: Sequence[str] | None = None
                                ) -> dict[str, QueueState]:

@@ -189,7 +189,9 @@ async def test_resume_ends_a_partners_pause(
     clock.advance(1)
     await hipq.set_paused("q", False)
     assert await pauses(store) == {}
-    assert (await tick(reconciler)).launched == 1  # b; a waits for its own run_at
+    assert (await job(hipq, "a")).run_at == clock.now()  # the partner's 600 s are over
+    target.behaviour = None
+    assert (await tick(reconciler)).launched == 2  # b, and a: a resume makes it due
 
 
 async def test_a_pause_survives_a_handover(
