@@ -4,8 +4,11 @@ partner on 127.0.0.1 answers 429 (or 503) with the value as raw bytes (full-widt
 digits, an exponent, a sign, NaN, bytes that are no UTF-8...); the try ends
 ``throttled``, given back (attempt 0, not a transport or HTTP failure), its scope
 paused for ``backoff.initial_seconds`` (the doubling), and once that passes the job
-runs and succeeds on its first attempt. SQLite and PostgreSQL, the clock fake.
-(``tests/api/test_who_pauses.py`` covers more values on a 429.)"""
+runs and succeeds on its first attempt. SQLite and PostgreSQL, the clock fake. The
+queue keeps the doubling (``backoff.learn: false``) so the pause shows that no time
+was taken; by default a refusal with no time teaches the queue its rate instead
+(``tests/engine/test_learned_rate.py``). (``tests/api/test_who_pauses.py`` covers
+more values on a 429.)"""
 
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ def _queue(url: str) -> dict[str, Any]:
             "target": {"kind": "http", "url": url + "/{queue}/{id}", "mode": "sync",
                        "timeout_seconds": 5},
             "retry": {"strategy": "fixed", "delay_seconds": 600},
-            "backoff": {"initial_seconds": 2, "max_seconds": 60}}
+            "backoff": {"initial_seconds": 2, "max_seconds": 60, "learn": False}}
 
 
 async def _pauses(api: Api) -> list[dict[str, Any]]:
