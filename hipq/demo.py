@@ -13,7 +13,7 @@ that HTTP 429, without ``Retry-After``). Five queues show the throttling:
 - ``invoices``: a rate limit of 8 launches a second;
 - ``night-reports``: a time window that is closed now: its jobs wait for it;
 - ``partner-api``: configured for 30 at once, six times what its partner takes;
-  the partner's word (SPEC 15) brings it down to 5. Each 429 is a throttled try
+  the partner's word (docs/throttling.md) brings it down to 5. Each 429 is a throttled try
   given back (no attempt spent) that pauses the queue (0.2 s, doubling per round
   of refusals, at most 1 s), and the adaptive limit (AIMD) loses 16% per round
   (30 > 25 > 21 > ... > 6 > 5, in about 8 s), then probes one higher every 10
@@ -61,7 +61,7 @@ FAILURE_RATE = 0.08
 LATENCY = (0.05, 0.6)
 WINDOW_QUEUE = "night-reports"
 BAR = 30
-# partner-api and its partner (SPEC 15): the queue's YAML guesses 30 at once, the
+# partner-api and its partner (docs/throttling.md): the queue's YAML guesses 30 at once, the
 # partner's real limit is 5 (beyond it: 429 without Retry-After)
 PARTNER_QUEUE = "partner-api"
 PARTNER_LIMIT = 5

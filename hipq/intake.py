@@ -1,4 +1,4 @@
-"""Ingesting the intake (SPEC 16: enqueue from SQL).
+"""Ingesting the intake (docs/from-your-database.md).
 
 Producers insert rows into ``job_intake`` in their own transactions
 (``hipq_enqueue()`` on PostgreSQL, :mod:`hipq.sql` on either database). At the

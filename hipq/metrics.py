@@ -11,12 +11,12 @@ persisted ride on the result by reference), so the hot path pays nothing per job
 the daemon aggregates per queue after the tick with a few dictionary updates.
 Gauges come from the store's per-queue counts, read at most once every
 ``GAUGE_CACHE_SECONDS`` whatever the scrape rate, with the partner's word on each
-queue (SPEC 15) as its owner stored it: the scopes paused now
+queue (docs/throttling.md) as its owner stored it: the scopes paused now
 (``hipq_backoff_active``), throttled tries (``hipq_throttled_total``, a counter
 kept by the owners in the database, so every daemon shows the same), the
 concurrency in force (``hipq_queue_effective_concurrency``, queues with a
 concurrency only) and the due jobs held back at the last tick by reason
-(``hipq_queue_held_jobs``). The intake (SPEC 16: enqueue from SQL) shows from the
+(``hipq_queue_held_jobs``). The intake (docs/from-your-database.md) shows from the
 same read: rows not ingested yet (``hipq_intake_pending``) and rows rejected at ingest
 and kept with their error (``hipq_intake_rejected_total``, the rows in the table:
 deleting them reads as a counter reset), for every queue and for at most
@@ -26,7 +26,7 @@ deleting them reads as a counter reset), for every queue and for at most
 Outcomes (``hipq_job_outcomes_total{outcome}``) count each ended try or job once:
 ``succeeded``, ``cancelled``; a try that ``timeout``-ed or was ``lost`` counts
 under that name whether it is retried or not, and one the partner ``throttled``
-(SPEC 15: given back, or past ``backoff.max_throttled``) under that name; any
+(docs/throttling.md: given back, or past ``backoff.max_throttled``) under that name; any
 other failed try counts as
 ``retried`` or (the job gave up) ``failed``; a job that expired before launch
 counts as ``expired``.
@@ -61,7 +61,7 @@ OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout",
             "throttled")
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
 HELD_REASONS = ("concurrency", "quota", "window", "rate_limit", "backoff", "ordering_key",
-                "throttler")  # SPEC 15; each shown per queue (0 when none)
+                "throttler")  # docs/throttling.md; each shown per queue (0 when none)
 INTAKE_OTHER_QUEUES = 20  # names of unknown queues shown in the intake metrics, at most
 OTHER_QUEUE = "(other)"
 _QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
@@ -144,7 +144,7 @@ class BulkHistogram:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueWord:
-    """The partner's word on one queue (SPEC 15) at one now, as the gauges show it."""
+    """The partner's word on one queue (docs/throttling.md) at one now, as the gauges show it."""
 
     queue: str
     paused_scopes: int = 0  # the partner's pauses in force

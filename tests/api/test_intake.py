@@ -1,4 +1,4 @@
-"""Enqueue from SQL (SPEC 16) against a live daemon: ``psql`` plays a producer
+"""Enqueue from SQL (docs/from-your-database.md) against a live daemon: ``psql`` plays a producer
 written in another language, calling ``hipq_enqueue()`` in its own transaction
 beside its own rows. PostgreSQL only (SQLite producers: tests/contract/test_sql_enqueue.py
 and the watcher test below)."""

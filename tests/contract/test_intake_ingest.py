@@ -1,4 +1,4 @@
-"""Ingesting the intake (SPEC 16; hipq/intake.py), on each database.
+"""Ingesting the intake (docs/from-your-database.md, "At ingest"; hipq/intake.py), on each database.
 
 A burst of rows is ingested across ticks without a read between them: a call that
 ends on a full batch reads the next one ahead and the next call starts on it. Every

@@ -140,8 +140,8 @@ def _job(job_id: str, status: str) -> dict[str, Any]:
 
 
 async def test_list_jobs_follows_the_live_jobs_cursor(serve: Serve) -> None:
-    """``GET /v1/queued-jobs`` (SPEC 8) pages, served here by a stand-in with the
-    SPEC's page shape: the client follows ``next_cursor`` to the end."""
+    """``GET /v1/queued-jobs`` (docs/http-api.md) pages, served here by a stand-in with the
+    documented page shape: the client follows ``next_cursor`` to the end."""
     seen: list[dict[str, str]] = []
     pages: dict[str | None, dict[str, Any]] = {
         None: {"jobs": [_job("a", "running"), _job("b", "running")], "next_cursor": "c1"},
