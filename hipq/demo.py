@@ -386,7 +386,9 @@ class Demo:
     async def _metrics_caught_up(self, daemon: Daemon, queues: list[str], ended: int) -> None:
         """Wait (a second at most) until the outcome counters count ``ended`` jobs:
         the daemon feeds them after each tick persisted, so they may lag the store."""
-        registry = daemon.metrics.registry
+        from hipq.metrics_export import registry_of  # prometheus_client, loaded here
+
+        registry = registry_of(daemon.metrics)
         deadline = self.clock.monotonic() + 1.0
         while self.clock.monotonic() < deadline and sum(
                 registry.get_sample_value("hipq_job_outcomes_total",
@@ -400,7 +402,9 @@ class Demo:
 
     async def _summary(self, daemon: Daemon, partner: PartnerProcess, progress: Progress,
                        seconds: float) -> str:
-        registry = daemon.metrics.registry
+        from hipq.metrics_export import registry_of  # prometheus_client, loaded here
+
+        registry = registry_of(daemon.metrics)
         spent = await self._attempts_spent(daemon)
         lines = [f"\nsummary after {seconds:.1f} s:",
                  f"{'queue':<16} {'succeeded':>9} {'retried':>8} {'failed':>7} "

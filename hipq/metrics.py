@@ -1,9 +1,10 @@
 """Prometheus metrics of one daemon (docs/operations.md), through ``prometheus-client``.
 
 The daemon counts in plain dictionaries (:class:`Tally`, :class:`BulkHistogram`);
-``prometheus-client`` is imported at the first scrape (or the first read of
-:attr:`Metrics.registry`), which builds the daemon's registry on them
-(:mod:`hipq.metrics_export`): a daemon nobody scrapes never loads it (about 1 MB).
+``prometheus-client`` is imported at the first scrape (or the first call of
+:func:`hipq.metrics_export.registry_of`), which builds the daemon's registry on
+them: a daemon nobody scrapes never loads it (about 1 MB). This module knows
+nothing of the library; :mod:`hipq.metrics_export` reads the counts from here.
 Each daemon has its own registry (tests run several daemons in one process).
 Counters count what this daemon did and are fed once per tick from the tick's
 :class:`~hipq.engine.ReconcileResult` (the jobs it launched and the changes it
@@ -48,8 +49,6 @@ from hipq.config import QUEUE_ID_PATTERN
 from hipq.store import ChangeKind, QueueStats
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from hipq.engine import ReconcileResult
 
 GAUGE_CACHE_SECONDS = 2.0
@@ -199,7 +198,6 @@ class Metrics:
         self.launch_delay = BulkHistogram("hipq_launch_delay_seconds", "From due (run_at) to "
                                           "launched, per launched try", "queue", DELAY_BUCKETS)
         self.gauges = QueueGauges()
-        self._registry: CollectorRegistry | None = None
         self._stats_at: float | None = None
         self._refreshing: asyncio.Lock | None = None
         for outcome in RESPONSE_OUTCOMES:
@@ -253,21 +251,6 @@ class Metrics:
                     or self._monotonic() - self._stats_at >= GAUGE_CACHE_SECONDS):
                 self.gauges.stats, self.gauges.words, self.gauges.intake = await read()
                 self._stats_at = self._monotonic()
-
-    @property
-    def registry(self) -> CollectorRegistry:
-        """The daemon's ``prometheus_client`` registry, made (and the library
-        imported) at the first use."""
-        if self._registry is None:
-            from hipq.metrics_export import registry_of
-
-            self._registry = registry_of(self)
-        return self._registry
-
-    def render(self) -> bytes:
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry)
 
 
 def _outcomes(result: ReconcileResult) -> dict[tuple[str, str], int]:

@@ -18,7 +18,6 @@ from hipq.api.api_errors import ApiError
 from hipq.api.auth import Role, request_role
 from hipq.api.deps import DEPS
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
-from hipq.api.json_types import type_problem
 from hipq.api.models import (
     HISTORY_SHOWN,
     PAUSES_SHOWN,
@@ -43,6 +42,7 @@ from hipq.bodies import BatchItem, DataOnly, EnqueueRequest, ResponseRequest
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
+from hipq.json_types import type_problem
 from hipq.responses.signing import connection_name
 from hipq.service import Hipq
 from hipq.store import InsertStatus, JobHistory, QueueRecord, QueueStats

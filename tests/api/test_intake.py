@@ -177,7 +177,7 @@ def test_a_batch_and_a_row_alone_make_the_same_request() -> None:
     is bad: a re-ingest after a crash must find the same body (else a conflict)."""
     from datetime import UTC, datetime
 
-    from hipq.intake import request_of, requests_of
+    from hipq.intake_rows import request_of, requests_of
     from hipq.store.records import IntakeRow
 
     now = datetime(2026, 1, 5, 12, tzinfo=UTC)

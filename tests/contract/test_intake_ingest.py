@@ -134,7 +134,7 @@ def test_a_batch_with_an_unstorable_row_is_judged_row_by_row(data: str) -> None:
     one refused, the others taken."""
     from datetime import UTC, datetime
 
-    from hipq.intake import requests_of
+    from hipq.intake_rows import requests_of
     from hipq.store.records import IntakeRow
 
     now = datetime(2026, 1, 5, 12, tzinfo=UTC)
@@ -155,7 +155,7 @@ def test_fields_of_the_wrong_json_type_are_refused_as_the_api_refuses_them(
         fields: str, where: str) -> None:
     from datetime import UTC, datetime
 
-    from hipq.intake import requests_of
+    from hipq.intake_rows import requests_of
     from hipq.store.records import IntakeRow
 
     now = datetime(2026, 1, 5, 12, tzinfo=UTC)
