@@ -23,7 +23,7 @@ PURE_MODULES = (
     *sorted(f"hipq.throttling.{p.stem}" for p in (PACKAGE / "throttling").glob("*.py")
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
-    "hipq.engine.driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
+    "hipq.engine.tick_driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
     "hipq.engine.inbox", "hipq.engine.partner", "hipq.store.records", "hipq.store.base",
     "hipq.partners", "hipq.partners.headers", "hipq.partners.buckets", "hipq.partners.learning",
 )

@@ -19,7 +19,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 ROOTS = ("hipq", "tests", "bench", "plugins", "scripts", "deploy", "examples", "docs")
 # `hipq/engine/batch.py`, `tests/contract/` (a folder), `bench/run`
 PATH = re.compile(r"`((?:" + "|".join(ROOTS) + r")/[\w./-]*?)(?:::[\w:]+)?`")
-# `hipq.engine.driver`, `hipq.plugins.windows_of` (a module, then attributes)
+# `hipq.engine.tick_driver`, `hipq.plugins.windows_of` (a module, then attributes)
 DOTTED = re.compile(r"`(hipq(?:\.\w+)+)(?:\(\))?`")
 
 
