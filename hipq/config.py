@@ -246,7 +246,7 @@ class RateLimit(_Strict):
 
 
 class Backoff(_Strict):
-    """How a queue obeys its partner's "not now" (SPEC 15): the scope a throttled
+    """How a queue obeys its partner's "not now" (docs/throttling.md): the scope a throttled
     try pauses (the whole ``queue``, or the ``group`` of jobs sharing the value at
     ``field``), the back-off when the partner gives no time, the longest pause a
     time the partner gives may cause, and how many throttled tries of one job in a

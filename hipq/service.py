@@ -33,6 +33,7 @@ from hipq.errors import (
     ValidationError,
 )
 from hipq.frozen import evolver
+from hipq.intake_rows import request_of
 from hipq.jobs import (
     GENERATED_KEY_PREFIX,
     Attempt,
@@ -239,8 +240,6 @@ class Hipq:
     async def _from_intake(self, queue: str, job_id: str) -> Job | None:
         """A job enqueued from SQL and not ingested yet (docs/from-your-database.md), as
         its row says."""
-        from hipq.intake import request_of  # the intake module builds on this one
-
         row = await self.store.intake_find(queue, job_id)
         if row is None:
             return None

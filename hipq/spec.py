@@ -45,7 +45,7 @@ class RateLimitSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackoffSpec:
-    """How a throttled try pauses its scope (SPEC 15): ``scope`` ``queue`` or
+    """How a throttled try pauses its scope (docs/throttling.md): ``scope`` ``queue`` or
     ``group`` (jobs sharing the value at ``field``); without a time from the partner
     the pause is ``initial_seconds`` doubling per throttled try in a row, up to
     ``max_seconds``; a time the partner gives pauses at most ``max_partner_seconds``;

@@ -1,5 +1,5 @@
-"""``hipq.Throttled``: a Python target's "the partner said not now" (SPEC 15;
-docs/throttling.md, "The partner's word"; docs/configuration.md, "Python targets").
+"""``hipq.Throttled``: a Python target's "the partner said not now"
+(docs/throttling.md, "The partner's word"; docs/configuration.md, "Python targets").
 
 A Python target is itself the caller of its partner, so its word is the partner's:
 raising :class:`Throttled` ends the try as ``throttled`` (the job goes back to

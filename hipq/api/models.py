@@ -50,7 +50,7 @@ class AttemptOut(_Out):
 
 
 class WaitingOut(_Out):
-    """Why a queued job waits (SPEC 15): the first reason that applies, in this order."""
+    """Why a queued job waits (docs/throttling.md): the first reason that applies, in this order."""
 
     reason: Literal["paused", "not_due", "backoff", "window", "ordering_key", "rate_limit",
                     "quota", "concurrency", "position"]
@@ -112,7 +112,7 @@ class QueueStatsOut(_Out):
 
 
 class BackoffOut(_Out):
-    """A partner's pause in force (SPEC 15): no job of its scope launches before
+    """A partner's pause in force (docs/throttling.md): no job of its scope launches before
     ``until``."""
 
     group: str | None = Field(description="the value at backoff.field of the jobs paused "
@@ -249,7 +249,7 @@ class StatsOut(_Out):
     queues: list[QueueStatsOut]
     responses: ResponseCounts
     intake: IntakeCounts = Field(default_factory=IntakeCounts, description="the intake "
-                                 "(SPEC 16: enqueue from SQL) in all, every queue")
+                                 "(docs/from-your-database.md) in all, every queue")
 
 
 class HealthQuery(BaseModel):

@@ -7,13 +7,13 @@ queries per interval, not one per request. Concurrent readers of an expired
 snapshot wait for a single refresh. The snapshot is per process: two daemons
 each refresh their own.
 
-It also holds the partner's word (SPEC 15) as the owners stored it: every pause
+It also holds the partner's word (docs/throttling.md) as the owners stored it: every pause
 (readers keep those in force at their own now) and each queue's learned state. A
 resume ends a queue's pauses in the store; :meth:`StatsCache.forget_pauses` drops
 them from the snapshot too (and from a refresh in flight), so no answer shows them
 after the resume.
 
-And the intake's rows (SPEC 16: enqueue from SQL) by queue, pending and rejected: one
+And the intake's rows (docs/from-your-database.md) by queue, pending and rejected: one
 grouped count per refresh (docs/from-your-database.md).
 """
 

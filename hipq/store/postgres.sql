@@ -868,7 +868,7 @@ ORDER BY owner
 -- name: daemon_leave
 DELETE FROM daemons WHERE owner = :owner
 
--- -- the intake: enqueue from SQL (SPEC 16) -------------------------------------------
+-- -- the intake: enqueue from SQL (docs/from-your-database.md) ------------------------
 -- JSON columns are read as their text: ingestion validates the text of a batch in
 -- one go, and a value nested too deeply for Python's decoder stays text (rejected).
 -- Every read is bounded in bytes before a value is read (docs/from-your-database.md,
@@ -1016,7 +1016,7 @@ WHERE NOT known AND n > :others HAVING count(*) > 0
 -- name: intake_last_id
 SELECT COALESCE(max(id), 0) AS id FROM job_intake
 
--- -- the partner's word (SPEC 15) ------------------------------------------------------
+-- -- the partner's word (docs/throttling.md) ------------------------------------------
 
 -- name: backoff_list
 -- A scope is "" (the queue) or "=" and its group, at most 200 characters
@@ -1089,7 +1089,7 @@ ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
     throttled_total = excluded.throttled_total, learned_rate = excluded.learned_rate,
     learned_since = excluded.learned_since
 
--- -- why a job waits (SPEC 15) -------------------------------------------------------
+-- -- why a job waits (docs/throttling.md) ---------------------------------------------
 -- Where a queued job stands in its queue, in one read, when one job is asked for
 -- (hipq/waiting.py), never by a tick: the weight of the running jobs by (critical,
 -- quota group), as JSON (the running jobs' partial index, ix_jobs_running); the first

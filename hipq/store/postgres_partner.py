@@ -1,4 +1,4 @@
-"""The PostgreSQL driver's statements of the partner's word (SPEC 15): pauses, what
+"""The PostgreSQL driver's statements of the partner's word (docs/throttling.md): pauses, what
 the owners learned of their queues, and a queued job's standing (why it waits).
 A mixin of :class:`~hipq.store.postgres.PostgresStore`, whose named-statement
 helpers it uses (the blocks are in ``postgres.sql``)."""

@@ -1,4 +1,4 @@
-"""The partner's word on the queue JSON and in /metrics (SPEC 15): the pauses in
+"""The partner's word on the queue JSON and in /metrics (docs/throttling.md): the pauses in
 force (soonest end first), the concurrency in force, the held jobs of the last tick
 and the throttled tries, as the owner stored them; a resume ends the pauses and its
 answer shows none. The queues here have no target, so their owner never writes over

@@ -1,4 +1,4 @@
-"""The partner's word (SPEC 15), in the engine, on each database, with the clock
+"""The partner's word (docs/throttling.md), in the engine, on each database, with the clock
 moved by hand: throttled tries given back, pauses per scope, budgets spent,
 adaptive concurrency, held counts."""
 

@@ -1,4 +1,4 @@
-"""Properties of the partner's word (SPEC 15), over drawn runs.
+"""Properties of the partner's word (docs/throttling.md), over drawn runs.
 
 1. :class:`~hipq.engine.partner.PartnerWord` alone, over any sequence of throttled,
    succeeded and timed-out tries: the effective limit stays within
