@@ -24,29 +24,38 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     field_validator,
     model_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+from pydantic_core import PydanticCustomError
 
+from hipq.config_fields import MAX_SECONDS, Matching
+from hipq.config_fields import QUEUE_ID_PATTERN as QUEUE_ID_PATTERN
+from hipq.config_fields import Strict as _Strict
+from hipq.config_partners import Adaptive as Adaptive
+from hipq.config_partners import Backoff as Backoff
+from hipq.config_partners import PartnerConfig as PartnerConfig
+from hipq.config_partners import PartnerCost as PartnerCost
+from hipq.config_partners import PartnerLimit as PartnerLimit
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
-from hipq.spec import AdaptiveSpec, BackoffSpec, QueueSpec, QuotaSpec, RateLimitSpec, RetrySpec
+from hipq.spec import (
+    AdaptiveSpec,
+    QueueSpec,
+    QuotaSpec,
+    RateLimitSpec,
+    RetrySpec,
+)
 from hipq.throttling import windows
 from hipq.values import INT32_MAX
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
 DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
-QUEUE_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 DEFAULT_PLUGIN_MODULES = ("plugins", "hipq.contrib")
 MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
-MAX_SECONDS = 10 * 365 * 86400.0  # durations beyond this would overflow a timestamp
 HOUR_MINUTE = r"^([01]\d|2[0-3]):[0-5]\d$"
 
 
@@ -57,37 +66,6 @@ def known_timezone(value: str) -> str:
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"unknown timezone {value!r}") from None
     return value
-
-
-class Matching:
-    """``Annotated[str, Matching(P)]``: as ``Field(pattern=P)`` (the same JSON
-    schema, the same ``string_pattern_mismatch`` error), checked by Python's
-    ``re.fullmatch`` instead of a Rust regex. pydantic compiles one Rust regex, about
-    20 KB, in every validator a ``pattern=`` field ends up in: the configuration's
-    dozen patterns cost half a MB of a daemon's RSS (docs/benchmarks.md, "Idle
-    memory") for values checked at startup and when a queue is created. The request
-    bodies, checked per job, keep ``pattern=``."""
-
-    __slots__ = ("_regex", "pattern")
-
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
-        self._regex = re.compile(pattern)
-
-    def _check(self, value: str) -> str:
-        if self._regex.fullmatch(value) is None:
-            raise PydanticCustomError("string_pattern_mismatch",
-                                      "String should match pattern '{pattern}'",
-                                      {"pattern": self.pattern})
-        return value
-
-    def __get_pydantic_core_schema__(self, source: Any,
-                                     handler: GetCoreSchemaHandler) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self._check, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema,
-                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return {**handler(schema), "pattern": self.pattern}
 
 
 def _plugin_path(value: Any) -> Any:
@@ -104,10 +82,6 @@ def _plugin_path(value: Any) -> Any:
 
 # ``module:attr``, as a Python target's function and every plugin are named
 PluginPath = Annotated[str, Matching(PLUGIN_PATH_PATTERN), BeforeValidator(_plugin_path)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PythonTarget(_Strict):
@@ -245,48 +219,6 @@ class RateLimit(_Strict):
     by: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
 
 
-class Backoff(_Strict):
-    """How a queue obeys its partner's "not now" (docs/throttling.md): the scope a throttled
-    try pauses (the whole ``queue``, or the ``group`` of jobs sharing the value at
-    ``field``), the back-off when the partner gives no time, the longest pause a
-    time the partner gives may cause, and how many throttled tries of one job in a
-    row are given back before one counts as failed."""
-
-    scope: Literal["queue", "group"] = "queue"
-    field: Annotated[str, Matching(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")] | None = None
-    initial_seconds: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
-    max_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
-    max_partner_seconds: float = Field(
-        default=3600.0, gt=0, le=MAX_SECONDS,
-        description="the longest pause a time the partner gives (Retry-After, a "
-                    "rate-limit reset, retry_after_seconds) may cause")
-    max_throttled: int = Field(default=50, ge=0, le=1_000_000)
-    learn: bool = Field(
-        default=True,
-        description="when the partner refuses without saying until when, learn its rate "
-                    "(lower it, then probe back up) instead of pausing for a doubling time")
-
-    @model_validator(mode="after")
-    def _scoped(self) -> Backoff:
-        if self.scope == "group" and self.field is None:
-            raise ValueError("backoff scope 'group' needs a field (a path into data)")
-        if self.scope == "queue" and self.field is not None:
-            raise ValueError("backoff field is for scope 'group'")
-        if self.max_seconds < self.initial_seconds:
-            raise ValueError("backoff max_seconds is smaller than initial_seconds")
-        return self
-
-
-class Adaptive(_Strict):
-    """Adaptive concurrency (AIMD): the effective limit starts at ``concurrency``, is
-    multiplied by ``decrease`` (not below ``min``) on a throttled or timed-out try and
-    grows by one after every ``increase_every`` successes."""
-
-    min: int = Field(default=1, ge=1, le=INT32_MAX)
-    increase_every: int = Field(default=20, ge=1, le=1_000_000)
-    decrease: float = Field(default=0.5, gt=0, lt=1)
-
-
 class QueueConfig(_Strict):
     """A queue's settings: the same keys in YAML and in ``POST /v1/jobs``."""
 
@@ -313,6 +245,9 @@ class QueueConfig(_Strict):
     throttler: PluginRef | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
     paused: bool = False
+    partner: Annotated[str, Matching(QUEUE_ID_PATTERN)] | None = Field(
+        default=None, description="the partner it calls, declared under partners: its "
+        "launches take from the partner's budget, shared with its other queues")
 
     @field_validator("id")
     @classmethod
@@ -366,18 +301,14 @@ class QueueConfig(_Strict):
                 default=quotas.default, lend_unused=quotas.lend_unused),
             rate_limit=None if rate is None else RateLimitSpec(
                 launches=rate.launches, per_seconds=rate.per_seconds, by=rate.by),
-            backoff=BackoffSpec(scope=self.backoff.scope, field=self.backoff.field,
-                                initial_seconds=self.backoff.initial_seconds,
-                                max_seconds=self.backoff.max_seconds,
-                                max_partner_seconds=self.backoff.max_partner_seconds,
-                                max_throttled=self.backoff.max_throttled,
-                                learn=self.backoff.learn),
+            backoff=self.backoff.to_spec(),
             adaptive=None if self.adaptive is None else AdaptiveSpec(
                 min=self.adaptive.min, increase_every=self.adaptive.increase_every,
                 decrease=self.adaptive.decrease),
             merge_by_ordering_key=self.merge_by_ordering_key,
             ordering_key_mode=self.ordering_key_mode, paused=self.paused,
-            custom_throttler=self.throttler is not None, retry=self.retry.to_spec())
+            custom_throttler=self.throttler is not None, retry=self.retry.to_spec(),
+            partner=self.partner)
 
 
 class DatabaseConfig(_Strict):
@@ -534,6 +465,7 @@ class Settings(_Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     # the daemon's event loop: uvloop where it is installed (auto), or asyncio's own
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    partners: list[PartnerConfig] = Field(default_factory=list)
     queues: list[QueueConfig] = Field(default_factory=list)
     schedules: list[ScheduleConfig] = Field(default_factory=list)
 
@@ -553,6 +485,13 @@ class Settings(_Strict):
             if queue.id in seen:
                 raise ValueError(f"queue id {queue.id!r} is declared twice")
             seen.add(queue.id)
+        partners = [partner.id for partner in self.partners]
+        if len(set(partners)) != len(partners):
+            raise ValueError("a partner id is declared twice")
+        for queue in self.queues:
+            if queue.partner is not None and queue.partner not in partners:
+                raise ValueError(f"queue {queue.id!r} names partner {queue.partner!r}, "
+                                 "which is not declared under partners")
         schedules = [schedule.id for schedule in self.schedules]
         if len(set(schedules)) != len(schedules):
             raise ValueError("a schedule id is declared twice")

@@ -168,9 +168,11 @@ class Daemon:
         engine = Engine(store, clock=self.clock, owner=self.owner,
                         config=self.settings.reconcile, responses=self.settings.responses,
                         targets=Targets(memory=self.memory_targets, http=http, kafka=producer),
-                        before=self._ingest_for, after=self._observe)
+                        before=self._ingest_for, after=self._observe,
+                        partners={p.id: p.to_spec() for p in self.settings.partners})
         service = Hipq(store, clock=self.clock, engine=engine,
-                       on_enqueued=self.metrics.enqueued_jobs)
+                       on_enqueued=self.metrics.enqueued_jobs,
+                       partners=[p.id for p in self.settings.partners])
         for queue in self.settings.queues:
             await service.create_queue(queue)
         self.schedules = await open_schedules(service, self.settings, clock=self.clock)

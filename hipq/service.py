@@ -13,7 +13,7 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -79,8 +79,11 @@ def new_job_id() -> str:
 class Hipq:
     def __init__(self, store: Store, *, clock: Clock | None = None,
                  engine: EngineLink | None = None,
-                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
+                 on_enqueued: Callable[[str, int], None] | None = None,
+                 partners: Collection[str] | None = None) -> None:
         self.store = store
+        # the partners declared in the settings (None: not checked, as in tests)
+        self.partners = None if partners is None else frozenset(partners)
         # the engine of this process, told of the work and the responses written here
         # (it applies the inbox rows without reading them back, and knows the tries it
         # holds); None: no engine runs here
@@ -114,6 +117,11 @@ class Hipq:
     async def create_queue(self, config: QueueConfig) -> bool:
         """Create or update a queue. Returns True if it was created."""
         validate_queue(config)
+        if (config.partner is not None and self.partners is not None
+                and config.partner not in self.partners):
+            known = ", ".join(sorted(self.partners)) or "none"
+            raise ValidationError(f"queue {config.id!r}: partner {config.partner!r} is not "
+                                  f"declared under partners (declared: {known})")
         created = await self.store.queue_upsert(config, now=self.clock.now())
         self._configs.pop(config.id, None)
         self._wake()

@@ -73,6 +73,35 @@ class AdaptiveSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LimitSpec:
+    """One bucket of a partner: ``amount`` of ``unit`` (``requests`` or ``cost``) per
+    ``per_seconds``."""
+
+    unit: str
+    amount: float
+    per_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartnerSpec:
+    """A partner several queues call (docs/throttling.md, "Partners"): one budget for
+    all of them. ``concurrency``: weight in flight across its queues; ``limits``:
+    buckets every launch takes from; the cost of a launch is the number at
+    ``cost_field`` in its data (else ``cost_default``); ``by``: a path into data whose
+    value has buckets and concurrency of its own; ``backoff``: the pause rules of its
+    queues (None: each queue's own)."""
+
+    id: str
+    concurrency: int | None = None
+    limits: tuple[LimitSpec, ...] = ()
+    cost_field: str | None = None
+    cost_default: float = 1.0
+    cost_header: str | None = None
+    by: str | None = None
+    backoff: BackoffSpec | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetrySpec:
     """How a queue retries a failed try: a built-in ``strategy`` (``None``: the
     default) or a ``plugin`` (``module:attr``), with its ``options`` (the config's
@@ -113,6 +142,7 @@ class QueueSpec:
     ordering_key_mode: str = "strict"
     paused: bool = False
     custom_throttler: bool = False  # a plugin throttler: it gets deep copies of jobs
+    partner: str | None = None  # the partner it calls (docs/throttling.md, "Partners")
     retry: RetrySpec = field(default_factory=RetrySpec)
 
     @property

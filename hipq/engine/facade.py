@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 from hipq.clock import Clock, wait_for
@@ -26,6 +26,7 @@ from hipq.engine.result import ReconcileResult
 from hipq.engine.runtimes import TargetFactory
 from hipq.engine.tick_driver import TickDriver
 from hipq.errors import HipqError, TransientStoreError
+from hipq.spec import PartnerSpec
 from hipq.store import InboxRow, Store
 
 log = logging.getLogger(__name__)
@@ -64,12 +65,14 @@ class Peers(Protocol):
 class Engine:
     def __init__(self, store: Store, *, clock: Clock, owner: str, config: ReconcileConfig,
                  responses: ResponsesConfig | None = None, targets: TargetFactory | None = None,
-                 before: BeforeTick | None = None, after: AfterTick | None = None) -> None:
+                 before: BeforeTick | None = None, after: AfterTick | None = None,
+                 partners: Mapping[str, PartnerSpec] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.owner = owner
         self.reconciler = Reconciler(store, clock=clock, owner=owner, config=config,
-                                     responses=responses, targets=targets, on_wake=self.wake)
+                                     responses=responses, targets=targets, on_wake=self.wake,
+                                     partners=partners)
         self.reconciler.inbox.use_events()  # every writer of responses here says so
         self._driver = TickDriver(self._tick, clock=clock, debounce=config.debounce_seconds)
         self._before = before

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hipq.engine.decide import change_for, may_pause, may_slow_down, throttled_in_a_row
-from hipq.engine.held import HeldTry
+from hipq.engine.held import HeldTry, Outcome
 from hipq.engine.result import Counters
 from hipq.engine.selection import scope
 from hipq.errors import HipqError
@@ -39,8 +39,11 @@ def changes(engine: Reconciler, changed: Sequence[HeldTry], queues: Mapping[str,
     finished = retried = throttled = 0
     succeeded = JobState.SUCCEEDED
     partner = engine.partner
+    budgets = engine.budgets
     for held in changed:
         queue = held.queue
+        if held.outcome is not None:  # its partner's weight is free, its cost settled
+            budgets.ended(queue, held.id, _reported(held.outcome))
         strategy = strategies.get(queue)
         if strategy is None:
             strategy = strategies[queue] = _retry_of(engine, queues.get(queue))
@@ -94,7 +97,15 @@ def _partner_heard(engine: Reconciler, held: HeldTry, spec: QueueSpec | None,
                                   throttled_in_a_row(held.job) + 1, now)
     held_scope = held.scope if held.job is None else scope(spec, held.job)
     return partner.throttled(spec, held_scope, held.launched_at, data.get("retry_after"),
-                             error.detail or "throttled", now)
+                             error.detail or "throttled", now, job=held.job)
+
+
+def _reported(outcome: Outcome) -> Any:
+    """Where an ended try's response reports its usage: its result, else its error's
+    data."""
+    if outcome.error is not None:
+        return outcome.error.data
+    return outcome.result
 
 
 def _retry_of(engine: Reconciler,

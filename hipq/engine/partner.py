@@ -42,7 +42,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from hipq.engine.budgets import Budgets
 from hipq.engine.requests import Plan, call
+from hipq.jobs import Job
 from hipq.partners.learning import CubicRate, LaunchRate, Pacer
 from hipq.pause_scope import group_of
 from hipq.retry import partner_time
@@ -88,7 +90,8 @@ def _time_given(spec: QueueSpec, given: Any, streak: int, now: datetime) -> date
 
 
 class PartnerWord:
-    def __init__(self) -> None:
+    def __init__(self, budgets: Budgets | None = None) -> None:
+        self.budgets = budgets or Budgets()  # declared partners (hipq.engine.budgets)
         self._pauses: dict[str, dict[str | None, Backoff]] = {}
         self._states: dict[str, QueueState] = {}
         self._loaded: dict[str, datetime] = {}  # queue -> its record's updated_at
@@ -119,8 +122,12 @@ class PartnerWord:
             self._loaded[queue] = queues[queue].updated_at
             self._pauses[queue] = {}
             state = self._states[queue] = states.get(queue) or QueueState(queue=queue)
-            self._learned[queue] = CubicRate(w_max=state.learned_rate,
-                                             since=state.learned_since)
+            learned = CubicRate(w_max=state.learned_rate, since=state.learned_since)
+            partner = queues[queue].config.partner
+            if partner is not None and partner in self.budgets.partners:
+                self.budgets.seed(partner, learned)  # the partner's, stored with its queues
+            else:
+                self._learned[queue] = learned
             self._dirty_pauses.discard(queue)
             self._dirty_states.discard(queue)
         for pause in pauses:
@@ -213,15 +220,26 @@ class PartnerWord:
         return min(ends) if ends else None
 
     def throttled(self, spec: QueueSpec, scope: str | None, launched_at: datetime | None,
-                  partner: Any, reason: str, now: datetime) -> datetime:
+                  partner: Any, reason: str, now: datetime, job: Job | None = None) -> datetime:
         """A throttled try of ``scope``: pause it; the time the pause ends. A refusal
         that gives no time, of a queue that learns, pauses nothing: it lowers the
         learned rate (once a round) and its job is due again ``now``."""
         if self.learns(spec) and partner_time(
                 partner, now, cap=spec.backoff.max_partner_seconds) is None:
-            self._refused(spec, launched_at, now)
+            self._refused(spec, launched_at, now, job)
             self.slow_down(spec, launched_at, now)
             return now
+        until = self._pause(spec, scope, launched_at, partner, reason, now)
+        for sibling in self.budgets.siblings(spec):  # a partner's pause holds all its queues
+            self._pause(replace(spec, id=sibling), scope, launched_at, partner, reason, now)
+        state = self._state(spec.id)
+        state.throttled_total += 1
+        self._dirty_states.add(spec.id)
+        self.slow_down(spec, launched_at, now)
+        return until
+
+    def _pause(self, spec: QueueSpec, scope: str | None, launched_at: datetime | None,
+               partner: Any, reason: str, now: datetime) -> datetime:
         pauses = self._pauses.setdefault(spec.id, {})
         old = pauses.get(scope)
         new_round = old is None or launched_at is None or launched_at > old.since
@@ -233,10 +251,6 @@ class PartnerWord:
         pauses[scope] = Backoff(queue=spec.id, group=scope, until=until, reason=reason,
                                 streak=max(streak, 1), since=since)
         self._dirty_pauses.add(spec.id)
-        state = self._state(spec.id)
-        state.throttled_total += 1
-        self._dirty_states.add(spec.id)
-        self.slow_down(spec, launched_at, now)
         return until
 
     def given_back(self, spec: QueueSpec, given: Any, in_a_row: int,
@@ -312,11 +326,16 @@ class PartnerWord:
         group scopes keep the doubling pause per group)."""
         return spec.backoff.learn and spec.backoff.scope == "queue"
 
-    def _refused(self, spec: QueueSpec, launched_at: datetime | None, now: datetime) -> None:
+    def _refused(self, spec: QueueSpec, launched_at: datetime | None, now: datetime,
+                 job: Job | None) -> None:
         queue = spec.id
         state = self._state(queue)
         state.throttled_total += 1
         self._dirty_states.add(queue)
+        if self.budgets.refused(spec, job, launched_at, now):  # a declared partner's rate
+            if spec.partner is not None and (acct := self.budgets.whole(spec.partner)):
+                state.learned_rate, state.learned_since = acct.w_max, acct.since
+            return
         learned = self._learned.setdefault(queue, CubicRate())
         measured = self._measured.get(queue)
         if learned.refused(now, launched_at=launched_at or now,

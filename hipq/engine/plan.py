@@ -106,6 +106,7 @@ class TickPlan:
         for queue in change.lost:
             engine.batch.drop_queue(queue)
             engine.rates.drop_queue(queue)
+            engine.budgets.drop_queue(queue)
         for queue in change.gained:
             record = self.queues.get(queue)
             if record is not None and record.config.rate_limit is not None:
@@ -153,7 +154,7 @@ class TickPlan:
     def select(self) -> Plan[None]:
         """Steps 1 and 2: per held queue, its due jobs and its throttler's choice."""
         engine = self.engine
-        for queue_id in sorted(engine.held):
+        for queue_id in engine.budgets.order(engine.held):
             record = self.queues[queue_id]
             runtime = selection.runtime_of(engine.runtimes, record)
             if runtime is None or record.paused or runtime.target is None or engine.stopping:
@@ -237,8 +238,10 @@ class TickPlan:
             yield engine.leases.release(queues)
             for queue in queues:
                 engine.batch.drop_queue(queue)
+                engine.budgets.drop_queue(queue)
         wakes = [t for t in (engine.partner.next_end(engine.held, now),
-                             engine.partner.next_group(now)) if t is not None]
+                             engine.partner.next_group(now), engine.budgets.next_room(now))
+                 if t is not None]
         counters.wake_at = min(wakes, default=None)  # a pause ends, a paced group is due
         result = self.result = counters.result()
         if result.changed:

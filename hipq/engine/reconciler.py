@@ -18,12 +18,13 @@ what they said.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from hipq.clock import Clock
 from hipq.config import ReconcileConfig, ResponsesConfig
 from hipq.engine.batch import Batch
+from hipq.engine.budgets import Budgets
 from hipq.engine.executor import ArchivesInFlight, Executor, PagesAhead
 from hipq.engine.inbox import Inbox
 from hipq.engine.jobs_on_demand import JobsOnDemand
@@ -34,6 +35,7 @@ from hipq.engine.plan import TickPlan
 from hipq.engine.rates import RateLog
 from hipq.engine.result import ReconcileResult
 from hipq.engine.runtimes import Runtimes, TargetFactory
+from hipq.spec import PartnerSpec
 from hipq.store import Store
 from hipq.targets.registry import Targets
 
@@ -43,18 +45,20 @@ class Reconciler:
                  config: ReconcileConfig | None = None,
                  responses: ResponsesConfig | None = None,
                  targets: TargetFactory | None = None,
-                 on_wake: Callable[[], None] | None = None) -> None:
+                 on_wake: Callable[[], None] | None = None,
+                 partners: Mapping[str, PartnerSpec] | None = None) -> None:
         self.clock = clock
         self.owner = owner
         self.config = config or ReconcileConfig()
         self.batch = Batch()
         self.jobs = JobsOnDemand(self.batch)  # jobs the batch let go, read back
-        self.runtimes = Runtimes(targets or Targets())
+        self.runtimes = Runtimes(targets or Targets(), partners)
         self.leases = Leases(owner=owner, lease_seconds=self.config.lease_seconds)
         self.inbox = Inbox(buffer_seconds=(responses or ResponsesConfig()).buffer_seconds,
                            heartbeat_seconds=self._heartbeat_seconds)
         self.rates = RateLog()  # own rate-limited launches (see .rates)
-        self.partner = PartnerWord()  # pauses, adaptive limits, held counts
+        self.budgets = Budgets(partners)  # declared partners' budgets
+        self.partner = PartnerWord(self.budgets)  # pauses, learned limits, held counts
         self.launcher = Launcher(store, clock=clock, owner=owner,
                                  concurrency=self.config.launch_concurrency, on_wake=on_wake,
                                  on_answered=self.rates.answered)

@@ -4,18 +4,27 @@ every tick."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from hipq.config import QueueConfig, TargetConfig
 from hipq.engine.throttle import build_throttler
 from hipq.plugins import Throttler
 from hipq.retry import RetryFn, build_retry
-from hipq.spec import QueueSpec
+from hipq.spec import PartnerSpec, QueueSpec
 from hipq.store.records import QueueRecord
 from hipq.targets.interface import Target
 
 TargetFactory = Callable[[TargetConfig], Target]
+
+
+def governed(spec: QueueSpec, partners: Mapping[str, PartnerSpec]) -> QueueSpec:
+    """A queue's spec with its declared partner's back-off rules, where the partner
+    sets them (they govern all its queues: docs/throttling.md, "Partners")."""
+    partner = None if spec.partner is None else partners.get(spec.partner)
+    if partner is None or partner.backoff is None:
+        return spec
+    return replace(spec, backoff=partner.backoff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +37,10 @@ class QueueRuntime:
 
 
 class Runtimes:
-    def __init__(self, targets: TargetFactory) -> None:
+    def __init__(self, targets: TargetFactory,
+                 partners: Mapping[str, PartnerSpec] | None = None) -> None:
         self.targets = targets
+        self.partners = dict(partners or {})
         self._built: dict[str, QueueRuntime] = {}
 
     def get(self, record: QueueRecord) -> QueueRuntime:
@@ -42,7 +53,7 @@ class Runtimes:
         if current is not None and current.config == record.config:
             return current
         config = record.config
-        spec = config.to_spec()
+        spec = governed(config.to_spec(), self.partners)
         runtime = QueueRuntime(
             config=config, spec=spec, throttler=build_throttler(config),
             retry=build_retry(spec.retry),

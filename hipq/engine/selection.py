@@ -115,14 +115,17 @@ def select_queue(engine: Reconciler, runtime: QueueRuntime, now: datetime,
         return None
     launch = yield from _apply_decision(spec.id, candidates, decision, now, counters)
     paced = partner.pace(spec.id, launch, now)  # the learned rate, if the partner taught one
-    if len(paced) < len(launch):
-        held["partner"] = len(launch) - len(paced)
+    admitted = engine.budgets.admit(spec, paced, candidates_by_id := {j.id: j for j in candidates},
+                                    now)  # a declared partner's budget
+    if len(admitted.launch) < len(launch):
+        held["partner"] = len(launch) - len(admitted.launch)
+    paced = admitted.launch
     partner.held(spec.id, held_reasons(candidates, decision, launch, held,
                                        trusted=not spec.custom_throttler))
     launch = paced
     if not launch:
         return None
-    return Selection(runtime=runtime, launch=launch, candidates={j.id: j for j in candidates})
+    return Selection(runtime=runtime, launch=launch, candidates=candidates_by_id)
 
 
 def _recent_launches(engine: Reconciler, spec: QueueSpec,

@@ -1,0 +1,307 @@
+"""Partners' budgets in the engine (docs/throttling.md, "Partners"): one budget for
+every queue that names a partner.
+
+State model: an *account* per partner (and per key of it, with ``by``): its
+buckets (:class:`~hipq.partners.buckets.Window`, one per configured limit), the
+weight its tries hold in flight, and the rate learned from refusals that said
+nothing (:class:`~hipq.partners.learning.CubicRate`, paced by a
+:class:`~hipq.partners.learning.Pacer`). A *reservation* per try launched through an
+account: its weight and what it took from each bucket, kept until the try ends,
+when the actual cost the response reports replaces the estimate
+(:meth:`Budgets.ended`).
+
+Step 2 (:func:`hipq.engine.selection.select_queue`) offers each queue's chosen
+launches to :meth:`Budgets.admit` after the queue's own throttler: a launch goes
+when its account has the concurrency, the learned pace and room in every bucket;
+otherwise it waits (held reason ``partner``) and so does every later launch of its
+account in this tick (an account is served in order). Everything here is O(the
+launches and ends of the tick); buckets are never recomputed from history.
+
+Kept in memory by the daemon that owns the partner's queues; what was learned is
+written with the queues' state (:class:`~hipq.engine.partner.PartnerWord`).
+
+Pure: no I/O library; times are given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hipq.jobs import Job
+from hipq.partners.buckets import Limit, Taken, Window
+from hipq.partners.learning import CubicRate, LaunchRate, Pacer
+from hipq.paths import lookup
+from hipq.pause_scope import group_of
+from hipq.spec import PartnerSpec, QueueSpec
+from hipq.throttling import field_value
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_KEYS = 10_000  # accounts kept per partner with ``by``: the idle ones go first
+
+AccountKey = tuple[str, str | None]  # (partner id, key value or None)
+TryKey = tuple[str, str]  # (queue, job id): a job has one try in flight at most
+
+
+@dataclass(slots=True)
+class Account:
+    """One partner's budget (or one key's of it)."""
+
+    windows: list[Window]
+    in_flight: int = 0
+    learned: CubicRate = field(default_factory=CubicRate)
+    measured: LaunchRate = field(default_factory=LaunchRate)
+    pacer: Pacer = field(default_factory=Pacer)
+    accepted: int = 0  # launches admitted, in all
+    last_used: datetime | None = None
+
+
+@dataclass(slots=True)
+class Reservation:
+    account: AccountKey
+    weight: int
+    taken: list[tuple[Window, Taken]]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What :meth:`Budgets.admit` let go, and how many waited."""
+
+    launch: list[str]
+    held: int = 0
+
+
+def usage_cost(value: Any) -> float | None:
+    """The actual cost a response reports: ``{"usage": {"cost": n}}`` (a finite number
+    >= 0), else None."""
+    if not isinstance(value, Mapping):
+        return None
+    usage = value.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    cost = usage.get("cost")
+    if isinstance(cost, bool) or not isinstance(cost, int | float):
+        return None
+    cost = float(cost)
+    return cost if math.isfinite(cost) and cost >= 0 else None
+
+
+class Budgets:
+    def __init__(self, partners: Mapping[str, PartnerSpec] | None = None) -> None:
+        self.partners: dict[str, PartnerSpec] = dict(partners or {})
+        self._accounts: dict[AccountKey, Account] = {}
+        self._reserved: dict[TryKey, Reservation] = {}
+        self._paced: set[AccountKey] = set()
+        self._queues: dict[str, str] = {}  # queue -> the declared partner it names
+        self._served: dict[str, datetime] = {}  # queue -> when it last launched through one
+
+    # -- what a queue's partner is -------------------------------------------------------
+
+    def partner_of(self, spec: QueueSpec) -> PartnerSpec | None:
+        """The declared partner the queue names (None: it is its own partner, or it
+        names one this daemon's settings do not declare)."""
+        return None if spec.partner is None else self.partners.get(spec.partner)
+
+    @staticmethod
+    def key_of(partner: PartnerSpec, job: Job) -> str | None:
+        """The account key of a job: its value at ``by`` in its bounded, exact form."""
+        if partner.by is None:
+            return None
+        value = field_value(job.data, partner.by)
+        return group_of("" if value is None else value)
+
+    @staticmethod
+    def cost_of(partner: PartnerSpec, job: Job) -> float:
+        """A launch's estimated cost: the number at ``cost.estimate`` in its data (a
+        finite number >= 0), else ``cost.default``."""
+        if partner.cost_field is not None:
+            value = lookup(job.data, partner.cost_field)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                value = float(value)
+                if math.isfinite(value) and value >= 0:
+                    return value
+        return partner.cost_default
+
+    def account(self, partner: PartnerSpec, key: str | None) -> Account:
+        found = self._accounts.get((partner.id, key))
+        if found is None:
+            if key is not None:
+                self._prune(partner.id)
+            found = self._accounts[(partner.id, key)] = Account(
+                windows=[Window(Limit(unit=limit.unit, amount=limit.amount,  # type: ignore[arg-type]
+                                      per_seconds=limit.per_seconds))
+                         for limit in partner.limits])
+        return found
+
+    def accounts(self, partner_id: str) -> Iterable[tuple[str | None, Account]]:
+        return ((key, acct) for (pid, key), acct in self._accounts.items() if pid == partner_id)
+
+    def _prune(self, partner_id: str) -> None:
+        keys = [k for k in self._accounts if k[0] == partner_id and k[1] is not None]
+        if len(keys) < MAX_KEYS:
+            return
+        idle = [k for k in keys if self._accounts[k].in_flight == 0]
+        idle.sort(key=lambda k: self._accounts[k].last_used or EPOCH)
+        for k in idle[:len(keys) - MAX_KEYS + 1]:
+            del self._accounts[k]
+
+    # -- step 2: admission -----------------------------------------------------------------
+
+    def admit(self, spec: QueueSpec, launch: Sequence[str], jobs: Mapping[str, Job],
+              now: datetime) -> Admission:
+        """The queue's chosen launches its partner's budget lets go now, in order;
+        each is reserved (its weight, its cost in every bucket) until it ends."""
+        partner = self.partner_of(spec)
+        if partner is None:
+            self._queues.pop(spec.id, None)
+            return Admission(list(launch))
+        self._queues[spec.id] = partner.id
+        if not launch:
+            return Admission([])
+        admitted: list[str] = []
+        blocked: set[str | None] = set()
+        held = 0
+        for job_id in launch:
+            job = jobs[job_id]
+            key = self.key_of(partner, job)
+            if key in blocked:
+                held += 1
+                continue
+            acct = self.account(partner, key)
+            if not self._fits(partner, acct, job, now):
+                blocked.add(key)
+                self._paced.add((partner.id, key))
+                held += 1
+                continue
+            self._take(partner, acct, key, job, now)
+            admitted.append(job_id)
+        if admitted:
+            self._served[spec.id] = now
+        return Admission(admitted, held)
+
+    def order(self, queues: Iterable[str]) -> list[str]:
+        """The order step 2 offers queues in: the queues of no declared partner first,
+        by id; then the others, the one a partner served longest ago first, so that
+        queues sharing a budget take turns (none starves behind a busier sibling)."""
+        served = self._served
+        return sorted(queues, key=lambda q: (q in served, served.get(q, EPOCH), q))
+
+    def _fits(self, partner: PartnerSpec, acct: Account, job: Job, now: datetime) -> bool:
+        if partner.concurrency is not None and acct.in_flight + job.weight > partner.concurrency \
+                and acct.in_flight > 0:
+            return False
+        cost = self.cost_of(partner, job)
+        for window in acct.windows:
+            amount = 1.0 if window.limit.unit == "requests" else cost
+            if window.room_at(amount, now) > now:
+                return False
+        rate = acct.learned.rate(now)
+        return rate is None or acct.pacer.allow(rate, now, 1) > 0
+
+    def _take(self, partner: PartnerSpec, acct: Account, key: str | None, job: Job,
+              now: datetime) -> None:
+        cost = self.cost_of(partner, job)
+        taken = [(w, w.take(1.0 if w.limit.unit == "requests" else cost, now))
+                 for w in acct.windows]
+        acct.in_flight += job.weight
+        acct.accepted += 1
+        acct.last_used = now
+        acct.measured.launched(now)
+        self._reserved[(job.queue, job.id)] = Reservation(
+            account=(partner.id, key), weight=job.weight, taken=taken)
+
+    def next_room(self, now: datetime) -> datetime | None:
+        """When an account that held launches back may have room again (a tick is due
+        then): the earliest of its buckets' and its pace's times."""
+        times: list[datetime] = []
+        for akey in self._paced:
+            acct = self._accounts.get(akey)
+            partner = self.partners.get(akey[0])
+            if acct is None or partner is None:
+                continue
+            rate = acct.learned.rate(now)
+            if rate is not None:
+                times.append(acct.pacer.next_at(rate, now))
+            for window in acct.windows:
+                at = window.room_at(1.0 if window.limit.unit == "requests"
+                                    else partner.cost_default, now)
+                if at > now:
+                    times.append(at)
+        self._paced.clear()
+        return min(times) if times else None
+
+    # -- step 3: ends ------------------------------------------------------------------------
+
+    def ended(self, queue: str, job_id: str, reported: Any) -> None:
+        """A try launched through an account ended: its weight is free again and the
+        actual cost ``reported`` (a result or error data with ``usage``) replaces the
+        estimate in every cost bucket."""
+        reservation = self._reserved.pop((queue, job_id), None)
+        if reservation is None:
+            return
+        acct = self._accounts.get(reservation.account)
+        if acct is not None:
+            acct.in_flight = max(acct.in_flight - reservation.weight, 0)
+        actual = usage_cost(reported)
+        if actual is None:
+            return
+        for window, taken in reservation.taken:
+            if window.limit.unit == "cost":
+                window.settle(taken, actual)
+
+    def drop_queue(self, queue: str) -> None:
+        """The queue is no longer ours: its reservations go (the next owner counts its
+        tries as it adopts them)."""
+        self._queues.pop(queue, None)
+        self._served.pop(queue, None)
+        for tkey in [k for k in self._reserved if k[0] == queue]:
+            reservation = self._reserved.pop(tkey)
+            acct = self._accounts.get(reservation.account)
+            if acct is not None:
+                acct.in_flight = max(acct.in_flight - reservation.weight, 0)
+
+    # -- the partner's word ------------------------------------------------------------------
+
+    def refused(self, spec: QueueSpec, job: Job | None, launched_at: datetime | None,
+                now: datetime) -> bool:
+        """A refusal that gave no time, of a queue that names a partner: the partner's
+        (or the key's) learned rate drops, once a round. False when the queue names no
+        declared partner."""
+        partner = self.partner_of(spec)
+        if partner is None:
+            return False
+        key = None if job is None else self.key_of(partner, job)
+        acct = self.account(partner, key)
+        acct.learned.refused(now, launched_at=launched_at or now,
+                             measured=acct.measured.per_second(now))
+        return True
+
+    def whole(self, partner_id: str) -> CubicRate | None:
+        """What was learned of the whole partner (not of one key), if anything."""
+        acct = self._accounts.get((partner_id, None))
+        return None if acct is None or acct.learned.w_max is None else acct.learned
+
+    def learned(self, partner_id: str, now: datetime) -> float | None:
+        """The partner's learned rate (the whole partner's account), None if none."""
+        acct = self._accounts.get((partner_id, None))
+        return None if acct is None else acct.learned.rate(now)
+
+    def seed(self, partner_id: str, learned: CubicRate) -> None:
+        """What an earlier owner learned of the partner (stored with its queues)."""
+        partner = self.partners.get(partner_id)
+        if partner is None or learned.w_max is None:
+            return
+        acct = self.account(partner, None)
+        if acct.learned.since is None or (learned.since is not None
+                                          and learned.since > acct.learned.since):
+            acct.learned = CubicRate(w_max=learned.w_max, since=learned.since)
+
+    def siblings(self, spec: QueueSpec) -> list[str]:
+        """The other queues naming the same declared partner, as step 2 last saw them."""
+        partner = self.partner_of(spec)
+        if partner is None:
+            return []
+        return sorted(q for q, p in self._queues.items() if p == partner.id and q != spec.id)

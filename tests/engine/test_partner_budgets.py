@@ -1,0 +1,190 @@
+"""Partners (docs/throttling.md, "Partners") in the engine, with the clock moved by
+hand: one budget for every queue that names a partner, in requests and cost, per
+key with ``by``; the estimated cost reserved at launch and replaced by the actual
+one; a refusal of any of its queues heard by all of them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from hipq.config import PartnerConfig
+from hipq.engine import Reconciler
+from hipq.errors import ValidationError
+from hipq.jobs import Job
+from hipq.service import Hipq
+from hipq.store import Store
+from hipq.targets import Accepted, Completed, LaunchOutcome, Targets
+from hipq.testing import FakeClock, MemoryTarget
+from tests.engine._helpers import enqueue, queue, respond, tick
+
+QUEUES = ("summaries", "embeddings")
+
+
+def engine(store: Store, clock: FakeClock, target: MemoryTarget,
+           **partner: Any) -> Reconciler:
+    spec = PartnerConfig.model_validate({"id": "llm", **partner}).to_spec()
+    return Reconciler(store, clock=clock, owner="o1", targets=Targets(memory={"t": target}),
+                      partners={"llm": spec})
+
+
+async def two_queues(hipq: Hipq, jobs: int, **data: Any) -> None:
+    for name in QUEUES:
+        await hipq.create_queue(queue(name, concurrency=100, partner="llm"))
+    for i in range(jobs):
+        for name in QUEUES:
+            await enqueue(hipq, f"{name[0]}{i:03d}", name, data=dict(data))
+
+
+def running(reconciler: Reconciler) -> list[Any]:
+    return [h for h in reconciler.batch.values() if h.outcome is None]
+
+
+async def test_two_queues_share_the_partners_request_buckets(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target, limits=[{"requests": 10, "per_seconds": 1},
+                                                      {"requests": 25, "per_seconds": 60}])
+    await two_queues(hipq, 30)
+    first = await tick(reconciler)
+    assert first.launched == 10  # both queues together, not 10 each
+    served_first = {j.queue for j in target.launched}
+    assert len(served_first) == 1
+    assert (await tick(reconciler)).launched == 0  # the same second: no room
+    assert first.wake_at is not None or (await tick(reconciler)).wake_at is not None
+    clock.advance(1)
+    assert (await tick(reconciler)).launched == 10
+    # the queue the partner served longest ago goes first: they take turns
+    assert {j.queue for j in target.launched[10:]} == set(QUEUES) - served_first
+    clock.advance(1)
+    assert (await tick(reconciler)).launched == 5  # the minute's bucket: 25 in all
+    held = (await store.queue_state_list(queues=list(QUEUES)))
+    assert sum((s.held or {}).get("partner", 0) for s in held.values()) > 0
+
+
+async def test_the_partners_concurrency_counts_every_queue(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target, concurrency=4)
+    await two_queues(hipq, 10)
+    assert (await tick(reconciler)).launched == 4
+    assert (await tick(reconciler)).launched == 0
+    done = running(reconciler)[:3]
+    for held in done:
+        await respond(hipq, held.id, held.queue, status="succeeded")
+    await tick(reconciler)  # the ends free three slots of the partner
+    assert len(running(reconciler)) == 4
+
+
+async def test_the_estimated_cost_is_reserved_then_the_actual_one_counts(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target,
+                        limits=[{"cost": 100, "per_seconds": 60}],
+                        cost={"estimate": "max_tokens", "default": 1})
+    await two_queues(hipq, 5, max_tokens=40)
+    assert (await tick(reconciler)).launched == 2  # 80 of 100 reserved
+    first = running(reconciler)[0]
+    # the try used 10, not 40: 30 back, so 100 - 10 - 40 = 50 leaves room for one more
+    await respond(hipq, first.id, first.queue, status="succeeded",
+                  result={"usage": {"cost": 10}})
+    assert (await tick(reconciler)).launched == 1
+    assert (await tick(reconciler)).launched == 0
+    second = next(h for h in running(reconciler) if h.id != first.id)
+    # one that used more takes it: 10 + 90 + 40 = 140 over: nothing more this minute
+    await respond(hipq, second.id, second.queue, status="succeeded",
+                  result={"usage": {"cost": 90}})
+    assert (await tick(reconciler)).launched == 0
+    clock.advance(60)
+    assert (await tick(reconciler)).launched == 2
+
+
+async def test_each_key_has_buckets_of_its_own(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target, by="api_key",
+                        limits=[{"requests": 3, "per_seconds": 60}])
+    for name in QUEUES:
+        await hipq.create_queue(queue(name, concurrency=100, partner="llm"))
+    for i in range(10):
+        await enqueue(hipq, f"a{i}", "summaries", data={"api_key": "A"})
+    for i in range(2):
+        await enqueue(hipq, f"b{i}", "embeddings", data={"api_key": "B"})
+        await enqueue(hipq, f"c{i}", "summaries", data={"api_key": "B"})
+    await tick(reconciler)
+    by_key: dict[str, int] = {}
+    for job in target.launched:
+        key = job.data["api_key"]
+        by_key[key] = by_key.get(key, 0) + 1
+    assert by_key == {"A": 3, "B": 3}  # A's backlog takes nothing of B's budget
+
+
+def refuse(after: Any = None) -> Any:
+    def answer(j: Job) -> LaunchOutcome:
+        if j.queue != "summaries":
+            return Accepted()
+        error: dict[str, Any] = {"detail": "HTTP 429 from http://partner", "status": 429}
+        if after is not None:
+            error["retry_after"] = after
+        return Completed(status="throttled", kind="throttled", error=error)
+    return answer
+
+
+async def test_a_refusal_in_one_queue_pauses_the_partner_for_all(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target)
+    await two_queues(hipq, 3)
+    target.behaviour = refuse(after=30)
+    await tick(reconciler)  # summaries refused with a time; embeddings accepted
+    await tick(reconciler)
+    paused = {b.queue for b in await store.backoff_list(queues=list(QUEUES))}
+    assert paused == set(QUEUES)
+    for name in QUEUES:
+        await enqueue(hipq, f"{name}-late", name)
+    assert (await tick(reconciler)).launched == 0
+    clock.advance(30)
+    target.behaviour = None
+    assert (await tick(reconciler)).launched >= 2
+
+
+async def test_a_bare_refusal_in_one_queue_slows_the_partner_for_all(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target)
+    await two_queues(hipq, 100)
+    target.behaviour = refuse()
+    assert (await tick(reconciler)).launched == 200  # nothing learned yet
+    clock.advance(0.05)
+    await tick(reconciler)  # summaries' refusals: the partner's rate is learned
+    rate = reconciler.budgets.learned("llm", clock.now())
+    assert rate is not None
+    assert await store.backoff_list(queues=list(QUEUES)) == []  # no pause
+    target.behaviour = None
+    for i in range(100, 200):
+        await enqueue(hipq, f"e{i:03d}", "embeddings")
+    launched = 0
+    for _ in range(20):
+        clock.advance(0.05)
+        launched += (await tick(reconciler)).launched
+    # both queues together within the partner's learned pace over one second
+    assert launched <= rate * 1.5 + 10
+    state = (await store.queue_state_list(queues=["summaries"]))["summaries"]
+    assert state.learned_rate is not None  # stored with the queue that heard it
+
+
+async def test_the_partners_back_off_governs_its_queues(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target,
+                        backoff={"learn": False, "initial_seconds": 7, "max_seconds": 60})
+    await two_queues(hipq, 1)
+    target.behaviour = refuse()
+    await tick(reconciler)
+    await tick(reconciler)
+    pauses = await store.backoff_list(queues=["summaries"])
+    assert [p.until for p in pauses] == [clock.now() + timedelta(seconds=7)]
+
+
+async def test_a_queue_may_name_only_a_declared_partner(store: Store,
+                                                        clock: FakeClock) -> None:
+    service = Hipq(store, clock=clock, partners=["llm"])
+    await service.create_queue(queue("ok", partner="llm"))
+    with pytest.raises(ValidationError, match="partner 'nope' is not declared"):
+        await service.create_queue(queue("bad", partner="nope"))
+    assert await store.queue_get("bad") is None
