@@ -56,6 +56,7 @@ class Account:
     measured: LaunchRate = field(default_factory=LaunchRate)
     pacer: Pacer = field(default_factory=Pacer)
     accepted: int = 0  # launches admitted, in all
+    refused: int = 0  # tries the partner refused (throttled), in all
     last_used: datetime | None = None
 
 
@@ -275,6 +276,7 @@ class Budgets:
             return False
         key = None if job is None else self.key_of(partner, job)
         acct = self.account(partner, key)
+        acct.refused += 1
         acct.learned.refused(now, launched_at=launched_at or now,
                              measured=acct.measured.per_second(now))
         return True
@@ -298,6 +300,42 @@ class Budgets:
         if acct.learned.since is None or (learned.since is not None
                                           and learned.since > acct.learned.since):
             acct.learned = CubicRate(w_max=learned.w_max, since=learned.since)
+
+    def heard(self, spec: QueueSpec, job: Job | None) -> None:
+        """A refusal with a time (a pause), counted for the partner's figures."""
+        partner = self.partner_of(spec)
+        if partner is not None:
+            key = None if job is None else self.key_of(partner, job)
+            self.account(partner, key).refused += 1
+
+    def snapshot(self, partner_id: str, now: datetime, *, keys: int = 10) -> dict[str, Any]:
+        """The partner as its owner sees it at ``now`` (JSON-ready): each bucket of the
+        whole partner (or, with ``by``, of its busiest ``keys`` keys), the weight in
+        flight, the learned rate, launches admitted and refusals in all."""
+        partner = self.partners[partner_id]
+        accounts = list(self.accounts(partner_id))
+        whole = [acct for key, acct in accounts if key is None]
+
+        def described(acct: Account) -> dict[str, Any]:
+            rate = acct.learned.rate(now)
+            return {
+                "in_flight": acct.in_flight,
+                "learned_rate": None if rate is None else round(rate, 3),
+                "accepted_total": acct.accepted, "refused_total": acct.refused,
+                "buckets": [{"unit": w.limit.unit, "limit": w.limit.amount,
+                             "per_seconds": w.limit.per_seconds,
+                             "used": round(w.used(now), 3),
+                             "room_at": w.room_at(1.0 if w.limit.unit == "requests"
+                                                  else partner.cost_default, now),
+                             "source": "configured"} for w in acct.windows]}
+
+        busiest = sorted(((key, acct) for key, acct in accounts if key is not None),
+                         key=lambda pair: (-pair[1].in_flight, -pair[1].accepted,
+                                           pair[0] or ""))[:keys]
+        return {"id": partner_id, "concurrency": partner.concurrency, "by": partner.by,
+                "whole": described(whole[0]) if whole else None,
+                "keys": [{"key": key, **described(acct)} for key, acct in busiest],
+                "key_count": sum(1 for key, _ in accounts if key is not None)}
 
     def siblings(self, spec: QueueSpec) -> list[str]:
         """The other queues naming the same declared partner, as step 2 last saw them."""

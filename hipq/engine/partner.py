@@ -230,6 +230,7 @@ class PartnerWord:
             self.slow_down(spec, launched_at, now)
             return now
         until = self._pause(spec, scope, launched_at, partner, reason, now)
+        self.budgets.heard(spec, job)
         for sibling in self.budgets.siblings(spec):  # a partner's pause holds all its queues
             self._pause(replace(spec, id=sibling), scope, launched_at, partner, reason, now)
         state = self._state(spec.id)

@@ -188,3 +188,21 @@ async def test_a_queue_may_name_only_a_declared_partner(store: Store,
     with pytest.raises(ValidationError, match="partner 'nope' is not declared"):
         await service.create_queue(queue("bad", partner="nope"))
     assert await store.queue_get("bad") is None
+
+
+async def test_the_owner_describes_each_partner(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target, concurrency=50,
+                        limits=[{"requests": 10, "per_seconds": 1},
+                                {"cost": 1000, "per_seconds": 60}],
+                        cost={"estimate": "tokens"})
+    await two_queues(hipq, 10, tokens=30)
+    await tick(reconciler)
+    seen = reconciler.budgets.snapshot("llm", clock.now())
+    whole = seen["whole"]
+    assert (seen["concurrency"], whole["in_flight"], whole["accepted_total"]) == (50, 10, 10)
+    assert [(b["unit"], b["limit"], b["used"]) for b in whole["buckets"]] == [
+        ("requests", 10, 10), ("cost", 1000, 300)]
+    assert whole["buckets"][0]["room_at"] == clock.now() + timedelta(seconds=1)
+    assert seen["keys"] == []
+    assert seen["key_count"] == 0

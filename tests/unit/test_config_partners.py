@@ -32,7 +32,8 @@ def test_the_worked_example_parses_into_a_partner_spec() -> None:
                            LimitSpec(unit="requests", amount=10000, per_seconds=86400))
     assert (spec.concurrency, spec.cost_field, spec.cost_default, spec.by) == (
         40, "max_tokens", 1.0, "api_key")
-    assert spec.backoff is not None and spec.backoff.max_partner_seconds == 3600
+    assert spec.backoff is not None
+    assert spec.backoff.max_partner_seconds == 3600
     assert [q.to_spec().partner for q in found.queues] == ["llm", "llm"]
 
 
