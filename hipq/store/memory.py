@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from hipq.errors import StoreConflict, StoreError
 from hipq.store.driver import VERSION_KEY
@@ -38,11 +38,8 @@ from hipq.store.memory_intake import MemoryIntake
 from hipq.store.memory_jobs import MemoryJobs
 from hipq.store.memory_loop import MemoryLoop
 from hipq.store.records import Backoff, QueueRecord, QueueState
-from hipq.store.rows import queue_record
+from hipq.store.rows import queue_record, stored_settings
 from hipq.store.versions import SCHEMA_VERSION
-
-if TYPE_CHECKING:
-    from hipq.config import QueueConfig
 
 C = TypeVar("C", bound=type)
 Method = Callable[..., Coroutine[Any, Any, Any]]
@@ -101,12 +98,12 @@ class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
 
     # -- queues ------------------------------------------------------------------------
 
-    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
-        body = config.model_dump(mode="json", exclude_none=True)
-        old = self._t.queues.get(config.id)
-        self._t.queues[config.id] = {"id": config.id, "config": body, "paused": config.paused,
-                                     "created_at": now if old is None else old["created_at"],
-                                     "updated_at": now}
+    async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
+        queue_id, body, paused = stored_settings(settings)
+        old = self._t.queues.get(queue_id)
+        self._t.queues[queue_id] = {"id": queue_id, "config": body, "paused": paused,
+                                    "created_at": now if old is None else old["created_at"],
+                                    "updated_at": now}
         return old is None
 
     async def queue_get(self, queue_id: str) -> QueueRecord | None:
