@@ -37,6 +37,7 @@ from hipq.store.memory_inbox import MemoryInbox
 from hipq.store.memory_intake import MemoryIntake
 from hipq.store.memory_jobs import MemoryJobs
 from hipq.store.memory_loop import MemoryLoop
+from hipq.store.memory_tables import copied
 from hipq.store.records import Backoff, QueueRecord, QueueState
 from hipq.store.rows import queue_record, stored_settings
 from hipq.store.versions import SCHEMA_VERSION
@@ -65,6 +66,12 @@ def _turn_first(method: Method) -> Method:
         return await method(self, *args, **kwargs)
 
     return call
+
+
+def _read(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``queues`` as a read gives it: its settings a new object, as a
+    database decodes them anew (what a record's reader does to them stays there)."""
+    return {**row, "config": copied(row["config"])}
 
 
 def _state_copy(state: QueueState) -> QueueState:
@@ -101,17 +108,17 @@ class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
     async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
         queue_id, body, paused = stored_settings(settings)
         old = self._t.queues.get(queue_id)
-        self._t.queues[queue_id] = {"id": queue_id, "config": body, "paused": paused,
+        self._t.queues[queue_id] = {"id": queue_id, "config": copied(body), "paused": paused,
                                     "created_at": now if old is None else old["created_at"],
                                     "updated_at": now}
         return old is None
 
     async def queue_get(self, queue_id: str) -> QueueRecord | None:
         row = self._t.queues.get(queue_id)
-        return None if row is None else queue_record(row)
+        return None if row is None else queue_record(_read(row))
 
     async def _queue_rows(self) -> Sequence[Any]:
-        return [self._t.queues[queue_id] for queue_id in sorted(self._t.queues)]
+        return [_read(self._t.queues[queue_id]) for queue_id in sorted(self._t.queues)]
 
     async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
         row = self._t.queues.get(queue_id)

@@ -118,6 +118,22 @@ async def test_queue_settings_are_kept_and_read_as_a_spec(store: Store,
     assert (listed.spec, listed.settings) == (record.spec, record.settings)
 
 
+async def test_queue_settings_are_stored_not_shared(store: Store, clock: FakeClock) -> None:
+    """What the caller does to the mapping it gave, or a reader to one it got, is
+    not the store's."""
+    settings: dict[str, Any] = {"id": Q, "concurrency": 2,
+                                "quotas": {"field": "t", "shares": {"a": 0.5}}}
+    await store.queue_upsert(settings, now=clock.now())
+    settings["quotas"]["shares"]["a"] = 1.0
+    record = await store.queue_get(Q)
+    assert record is not None
+    record.settings["quotas"]["shares"]["b"] = 0.25
+    again = await store.queue_get(Q)
+    assert again is not None
+    assert again.settings["quotas"]["shares"] == {"a": 0.5}
+    assert dict(again.spec.quotas.shares) == {"a": 0.5}  # type: ignore[union-attr]
+
+
 async def test_queue_list_makes_a_spec_once_per_change(store: Store, clock: FakeClock) -> None:
     await store.queue_upsert({"id": Q, "concurrency": 3}, now=clock.now())
     (first,) = await store.queue_list()
