@@ -1,4 +1,4 @@
--- hipq schema version 15. Generated from hipq/store/schema.py
+-- hipq schema version 16. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -199,6 +199,8 @@ CREATE TABLE queue_state (
 	held JSONB, 
 	held_at TIMESTAMP WITH TIME ZONE, 
 	throttled_total BIGINT NOT NULL, 
+	learned_rate FLOAT, 
+	learned_since TIMESTAMP WITH TIME ZONE, 
 	PRIMARY KEY (queue)
 );
 

@@ -17,11 +17,12 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
 6. on a second PostgreSQL with stock durability (bench/durable_phases.py):
    lifecycle-durable, callback, kafka, kafka-header, kafka-c1000, kafka-unlimited
    (bench/kafka_phases.py: a confluent-kafka responder), idle, graphile.
-7. partner (bench/partner_proof.py, SPEC 15's proof): a fake partner of 10 concurrent
-   requests at 0.1 s behind a queue configured far above it; SQLite with one daemon,
+7. partner (bench/partner_proof.py, the partner's word's proof, docs/throttling.md): a fake
+   partner of 10 concurrent requests at 0.1 s behind a queue configured far above it;
+   SQLite with one daemon,
    PostgreSQL (stock durability) with one, and with three, the owner SIGKILLed.
-8. sql-enqueue (bench/sql_enqueue.py, SPEC 16): 10,000 jobs in one hipq.sql transaction;
-   intake ingestion against the batch API, on PostgreSQL with stock durability.
+8. sql-enqueue (bench/sql_enqueue.py, docs/from-your-database.md): 10,000 jobs in one hipq.sql
+   transaction; intake ingestion against the batch API, on PostgreSQL with stock durability.
 
 Prints a table, writes ``--out`` (bench/results/results.json). Progress goes to stderr.
 """
@@ -322,7 +323,7 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
      10000),
     ("idle_max_running_cpu_s_per_s", "idle at the most running: hipq+PG CPU s/s", "<", 0.02),
     *im.TARGETS,  # issue 28: the daemon's RSS, 100k running / 10 queues with 1k running
-    # the partner's word (SPEC 15), chosen settings, PostgreSQL x3 with the owner killed
+    # the partner's word (docs/throttling.md), chosen settings, PostgreSQL x3 with the owner killed
     ("partner_throttled_pct_x3_kill", "partner proof x3 kill: throttled/launches (%)", "<",
      100 * pp.MAX_THROTTLED_SHARE),
     ("partner_accepted_pct_x3_kill", "partner proof x3 kill: accepted/capacity (%)", ">=",

@@ -1,4 +1,4 @@
-"""What counting held jobs by reason costs a tick (SPEC 15: "none of this makes a
+"""What counting held jobs by reason costs a tick (docs/throttling.md: "none of this makes a
 tick cost more than O(what it looked at)"; issue: < 5% of tick CPU at 10,000 due
 jobs).
 

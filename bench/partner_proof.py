@@ -1,4 +1,4 @@
-"""The proof of SPEC 15 ("The partner's word"), as a reusable runner.
+"""The partner's word's proof (docs/throttling.md, "The partner's word"), as a reusable runner.
 
 A fake partner (``hipq.downstream.partner`` in its own process) promises at most
 ``C = 10`` requests at once, each answered in 0.1 s (a capacity of 100 accepted
@@ -79,7 +79,7 @@ POLL_SECONDS = 0.25
 STALL_SECONDS = 30.0  # no job done for this long: the run is reported as stalled
 BATCH_SIZE = 500
 
-# the goals (SPEC 15, "The proof")
+# the goals (docs/throttling.md, "The partner's word")
 MAX_THROTTLED_SHARE = 0.10
 MIN_ACCEPTED_SHARE = 0.70
 
@@ -559,7 +559,7 @@ def print_table(details: dict[str, Any]) -> None:
     runs = details.get("partner")
     if not runs:
         return
-    print("\npartner proof (SPEC 15): C=10 at 0.1 s (100/s), 429 without Retry-After; "
+    print("\npartner proof (docs/throttling.md): C=10 at 0.1 s (100/s), 429 without Retry-After; "
           "after the first 10 s:")
     print(f"  {'run':<28} {'throttled':>9} {'accepted':>9} {'failed':>6} {'429 att.':>8} "
           f"{'launches':>8} {'wall s':>7} {'eff.':>4}  CPU s hipq / partner / PG  verdict")

@@ -1,5 +1,6 @@
-"""The ``sql-enqueue`` phase of bench/run: SPEC 16's speed goals for enqueue from SQL,
-on a PostgreSQL with stock durability (fsync, synchronous_commit, full_page_writes on).
+"""The ``sql-enqueue`` phase of bench/run: the speed goals (docs/from-your-database.md, "How fast")
+for enqueue from SQL, on a PostgreSQL with stock durability (fsync, synchronous_commit,
+full_page_writes on).
 
 Each run gets a fresh database and one ``hipq run`` subprocess with three queues that
 have **no target**: their jobs stay queued, so only the enqueue path is measured.
@@ -347,7 +348,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
 
 
 TARGETS: list[tuple[str, str, str, float | None]] = [
-    # enqueue from SQL (SPEC 16), stock durability
+    # enqueue from SQL (docs/from-your-database.md), stock durability
     ("sql_enqueue_asyncpg_ms", "10k jobs, one enqueue_many transaction, asyncpg (ms)", "<",
      TRANSACTION_GOAL_MS),
     ("sql_enqueue_sqlalchemy_ms", "  same, SQLAlchemy Session + psycopg (ms)", "<",
@@ -363,7 +364,8 @@ def print_table(details: dict[str, Any]) -> None:
     if not result or "failed" in result:
         return
     pg, head = result["postgres"], result["median"]
-    print(f"\nenqueue from SQL (SPEC 16), PostgreSQL {pg['server_version'].split()[0]} "
+    print("\nenqueue from SQL (docs/from-your-database.md), "
+          f"PostgreSQL {pg['server_version'].split()[0]} "
           f"(fsync {pg['fsync']}, synchronous_commit {pg['synchronous_commit']}), "
           f"median of {result['repeat']}: ingestion {head['ingest_rows_per_s']:,.0f} rows/s "
           f"vs batch API {head['batch_api_jobs_per_s']:,.0f} jobs/s "

@@ -28,6 +28,7 @@ _WHERE = {
     "ResponseRequest": "hipq.bodies",
     "Settings": "hipq.config",
     "Store": "hipq.store",
+    "Throttled": "hipq.throttled",
     "load_config": "hipq.config",
     "open_store": "hipq.store",
 }
@@ -49,6 +50,7 @@ __all__ = [
     "ResponseRequest",
     "Settings",
     "Store",
+    "Throttled",
     "load_config",
     "open_store",
 ]
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from hipq.jobs import Job, JobState
     from hipq.service import Hipq
     from hipq.store import Store, open_store
+    from hipq.throttled import Throttled
 
 
 def __getattr__(name: str) -> Any:

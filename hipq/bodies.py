@@ -96,7 +96,7 @@ class EnqueueRequest(BaseModel):
     correlation_key: Key | None = None
     ordering_key: Key | None = None
     critical: bool = False
-    # the job's W3C trace context (SPEC 17, docs/traces.md); not part of the body hash
+    # the job's W3C trace context (docs/traces.md); not part of the body hash
     traceparent: Traceparent | None = Field(
         default=None, description="a W3C traceparent for this job (else the request's "
         "traceparent header, for every item of a batch); a malformed one is refused, a "

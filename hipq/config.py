@@ -247,7 +247,7 @@ class RateLimit(_Strict):
 
 
 class Backoff(_Strict):
-    """How a queue obeys its partner's "not now" (SPEC 15): the scope a throttled
+    """How a queue obeys its partner's "not now" (docs/throttling.md): the scope a throttled
     try pauses (the whole ``queue``, or the ``group`` of jobs sharing the value at
     ``field``), the back-off when the partner gives no time, the longest pause a
     time the partner gives may cause, and how many throttled tries of one job in a
@@ -262,6 +262,10 @@ class Backoff(_Strict):
         description="the longest pause a time the partner gives (Retry-After, a "
                     "rate-limit reset, retry_after_seconds) may cause")
     max_throttled: int = Field(default=50, ge=0, le=1_000_000)
+    learn: bool = Field(
+        default=True,
+        description="when the partner refuses without saying until when, learn its rate "
+                    "(lower it, then probe back up) instead of pausing for a doubling time")
 
     @model_validator(mode="after")
     def _scoped(self) -> Backoff:

@@ -13,7 +13,7 @@ that HTTP 429, without ``Retry-After``). Five queues show the throttling:
 - ``invoices``: a rate limit of 8 launches a second;
 - ``night-reports``: a time window that is closed now: its jobs wait for it;
 - ``partner-api``: configured for 30 at once, six times what its partner takes;
-  the partner's word (SPEC 15) brings it down to 5. Each 429 is a throttled try
+  the partner's word (docs/throttling.md) brings it down to 5. Each 429 is a throttled try
   given back (no attempt spent) that pauses the queue (0.2 s, doubling per round
   of refusals, at most 1 s), and the adaptive limit (AIMD) loses 16% per round
   (30 > 25 > 21 > ... > 6 > 5, in about 8 s), then probes one higher every 10
@@ -61,7 +61,7 @@ FAILURE_RATE = 0.08
 LATENCY = (0.05, 0.6)
 WINDOW_QUEUE = "night-reports"
 BAR = 30
-# partner-api and its partner (SPEC 15): the queue's YAML guesses 30 at once, the
+# partner-api and its partner (docs/throttling.md): the queue's YAML guesses 30 at once, the
 # partner's real limit is 5 (beyond it: 429 without Retry-After)
 PARTNER_QUEUE = "partner-api"
 PARTNER_LIMIT = 5
@@ -386,7 +386,9 @@ class Demo:
     async def _metrics_caught_up(self, daemon: Daemon, queues: list[str], ended: int) -> None:
         """Wait (a second at most) until the outcome counters count ``ended`` jobs:
         the daemon feeds them after each tick persisted, so they may lag the store."""
-        registry = daemon.metrics.registry
+        from hipq.metrics_export import registry_of  # prometheus_client, loaded here
+
+        registry = registry_of(daemon.metrics)
         deadline = self.clock.monotonic() + 1.0
         while self.clock.monotonic() < deadline and sum(
                 registry.get_sample_value("hipq_job_outcomes_total",
@@ -400,7 +402,9 @@ class Demo:
 
     async def _summary(self, daemon: Daemon, partner: PartnerProcess, progress: Progress,
                        seconds: float) -> str:
-        registry = daemon.metrics.registry
+        from hipq.metrics_export import registry_of  # prometheus_client, loaded here
+
+        registry = registry_of(daemon.metrics)
         spent = await self._attempts_spent(daemon)
         lines = [f"\nsummary after {seconds:.1f} s:",
                  f"{'queue':<16} {'succeeded':>9} {'retried':>8} {'failed':>7} "

@@ -12,8 +12,9 @@
     ├── ValidationError        a request that is well-formed but not acceptable
     ├── ConflictError          idempotency conflict (same id, different body)
     │   └── StaleResponse      a response for an attempt that is not the live one
-    └── LaunchError            a target could not launch a job
-        └── TransientLaunchError
+    ├── LaunchError            a target could not launch a job
+    │   └── TransientLaunchError
+    └── hipq.client.ApiStatusError  the HTTP API answered the client with a non-2xx
 
 Adapters translate driver exceptions at their boundary; the core never catches
 ``asyncpg`` or ``sqlite3`` errors itself.

@@ -89,7 +89,7 @@ class ResponseStatus(StrEnum):
     FAILED = "failed"
     RUNNING = "running"  # a heartbeat: the try goes on (its deadline moves)
     CANCELLED = "cancelled"  # written by a cancel of a running job
-    THROTTLED = "throttled"  # the partner's "not now": the try is given back (SPEC 15)
+    THROTTLED = "throttled"  # the partner's "not now": the try is given back (docs/throttling.md)
 
 
 LATE_RESPONSE = "late_response"  # the outcome recorded for a response after its try ended

@@ -1,9 +1,10 @@
 """Prometheus metrics of one daemon (docs/operations.md), through ``prometheus-client``.
 
 The daemon counts in plain dictionaries (:class:`Tally`, :class:`BulkHistogram`);
-``prometheus-client`` is imported at the first scrape (or the first read of
-:attr:`Metrics.registry`), which builds the daemon's registry on them
-(:mod:`hipq.metrics_export`): a daemon nobody scrapes never loads it (about 1 MB).
+``prometheus-client`` is imported at the first scrape (or the first call of
+:func:`hipq.metrics_export.registry_of`), which builds the daemon's registry on
+them: a daemon nobody scrapes never loads it (about 1 MB). This module knows
+nothing of the library; :mod:`hipq.metrics_export` reads the counts from here.
 Each daemon has its own registry (tests run several daemons in one process).
 Counters count what this daemon did and are fed once per tick from the tick's
 :class:`~hipq.engine.ReconcileResult` (the jobs it launched and the changes it
@@ -11,12 +12,12 @@ persisted ride on the result by reference), so the hot path pays nothing per job
 the daemon aggregates per queue after the tick with a few dictionary updates.
 Gauges come from the store's per-queue counts, read at most once every
 ``GAUGE_CACHE_SECONDS`` whatever the scrape rate, with the partner's word on each
-queue (SPEC 15) as its owner stored it: the scopes paused now
+queue (docs/throttling.md) as its owner stored it: the scopes paused now
 (``hipq_backoff_active``), throttled tries (``hipq_throttled_total``, a counter
 kept by the owners in the database, so every daemon shows the same), the
 concurrency in force (``hipq_queue_effective_concurrency``, queues with a
 concurrency only) and the due jobs held back at the last tick by reason
-(``hipq_queue_held_jobs``). The intake (SPEC 16: enqueue from SQL) shows from the
+(``hipq_queue_held_jobs``). The intake (docs/from-your-database.md) shows from the
 same read: rows not ingested yet (``hipq_intake_pending``) and rows rejected at ingest
 and kept with their error (``hipq_intake_rejected_total``, the rows in the table:
 deleting them reads as a counter reset), for every queue and for at most
@@ -26,7 +27,7 @@ deleting them reads as a counter reset), for every queue and for at most
 Outcomes (``hipq_job_outcomes_total{outcome}``) count each ended try or job once:
 ``succeeded``, ``cancelled``; a try that ``timeout``-ed or was ``lost`` counts
 under that name whether it is retried or not, and one the partner ``throttled``
-(SPEC 15: given back, or past ``backoff.max_throttled``) under that name; any
+(docs/throttling.md: given back, or past ``backoff.max_throttled``) under that name; any
 other failed try counts as
 ``retried`` or (the job gave up) ``failed``; a job that expired before launch
 counts as ``expired``.
@@ -48,8 +49,6 @@ from hipq.config import QUEUE_ID_PATTERN
 from hipq.store import ChangeKind, QueueStats
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from hipq.engine import ReconcileResult
 
 GAUGE_CACHE_SECONDS = 2.0
@@ -61,7 +60,7 @@ OUTCOMES = ("succeeded", "failed", "retried", "expired", "cancelled", "timeout",
             "throttled")
 RESPONSE_OUTCOMES = ("applied", "duplicate", "stale", "late", "unmatched")
 HELD_REASONS = ("concurrency", "quota", "window", "rate_limit", "backoff", "ordering_key",
-                "throttler")  # SPEC 15; each shown per queue (0 when none)
+                "throttler", "partner")  # docs/throttling.md; each shown per queue (0 if none)
 INTAKE_OTHER_QUEUES = 20  # names of unknown queues shown in the intake metrics, at most
 OTHER_QUEUE = "(other)"
 _QUEUE_ID = re.compile(QUEUE_ID_PATTERN)
@@ -144,13 +143,14 @@ class BulkHistogram:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueWord:
-    """The partner's word on one queue (SPEC 15) at one now, as the gauges show it."""
+    """The partner's word on one queue (docs/throttling.md) at one now, as the gauges show it."""
 
     queue: str
     paused_scopes: int = 0  # the partner's pauses in force
     throttled_total: int = 0
     effective_concurrency: int | None = None
     held: Mapping[str, int] = field(default_factory=dict)
+    learned_rate: float | None = None  # launches a second, learned from refusals
 
 
 IntakeCounts = Mapping[str, tuple[int, int]]  # (pending, rejected) rows by queue
@@ -199,7 +199,6 @@ class Metrics:
         self.launch_delay = BulkHistogram("hipq_launch_delay_seconds", "From due (run_at) to "
                                           "launched, per launched try", "queue", DELAY_BUCKETS)
         self.gauges = QueueGauges()
-        self._registry: CollectorRegistry | None = None
         self._stats_at: float | None = None
         self._refreshing: asyncio.Lock | None = None
         for outcome in RESPONSE_OUTCOMES:
@@ -253,21 +252,6 @@ class Metrics:
                     or self._monotonic() - self._stats_at >= GAUGE_CACHE_SECONDS):
                 self.gauges.stats, self.gauges.words, self.gauges.intake = await read()
                 self._stats_at = self._monotonic()
-
-    @property
-    def registry(self) -> CollectorRegistry:
-        """The daemon's ``prometheus_client`` registry, made (and the library
-        imported) at the first use."""
-        if self._registry is None:
-            from hipq.metrics_export import registry_of
-
-            self._registry = registry_of(self)
-        return self._registry
-
-    def render(self) -> bytes:
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry)
 
 
 def _outcomes(result: ReconcileResult) -> dict[tuple[str, str], int]:

@@ -1,17 +1,19 @@
 """The Prometheus side of :class:`hipq.metrics.Metrics`: its registry, made through
 ``prometheus-client`` at the first scrape (this module is imported then, and the
-library with it). One collector reads the daemon's counts as they are at each
-scrape, in the order and with the names, HELP lines and ``_created`` samples
-``prometheus_client``'s own ``Counter`` and ``Histogram`` would show
-(``PROMETHEUS_DISABLE_CREATED_SERIES=true`` leaves the ``_created`` samples out, as
-it does for those)."""
+library with it), one per :class:`~hipq.metrics.Metrics` (tests run several daemons
+in one process), and the text a scrape gets (:func:`render`). One collector reads
+the daemon's counts as they are at each scrape, in the order and with the names,
+HELP lines and ``_created`` samples ``prometheus_client``'s own ``Counter`` and
+``Histogram`` would show (``PROMETHEUS_DISABLE_CREATED_SERIES=true`` leaves the
+``_created`` samples out, as it does for those)."""
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,11 +24,21 @@ from prometheus_client.registry import Collector
 
 from hipq.metrics import HELD_REASONS, BulkHistogram, Metrics, QueueGauges, Tally, intake_by_label
 
+_REGISTRIES: weakref.WeakKeyDictionary[Metrics, CollectorRegistry] = weakref.WeakKeyDictionary()
+
 
 def registry_of(metrics: Metrics) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(MetricsCollector(metrics))
+    """The ``prometheus_client`` registry of ``metrics``, made at the first call."""
+    registry = _REGISTRIES.get(metrics)
+    if registry is None:
+        registry = _REGISTRIES[metrics] = CollectorRegistry(auto_describe=True)
+        registry.register(MetricsCollector(metrics))
     return registry
+
+
+def render(metrics: Metrics) -> bytes:
+    """The text exposition of ``metrics``, as ``GET /metrics`` serves it."""
+    return generate_latest(registry_of(metrics))
 
 
 def _created_series() -> bool:
@@ -99,6 +111,9 @@ def _partner(gauges: QueueGauges) -> Iterator[Metric]:
     effective = GaugeMetricFamily("hipq_queue_effective_concurrency", "The concurrency "
                                   "in force: the adaptive limit, else the configured one",
                                   labels=["queue"])
+    learned = GaugeMetricFamily("hipq_queue_learned_rate", "The launch rate a queue's "
+                                "owner learned from refusals that gave no time, a second "
+                                "(absent: no learned limit)", labels=["queue"])
     held = GaugeMetricFamily("hipq_queue_held_jobs", "Due jobs held back at the last "
                              "tick of a queue, by reason", labels=["queue", "reason"])
     for w in gauges.words:
@@ -106,9 +121,11 @@ def _partner(gauges: QueueGauges) -> Iterator[Metric]:
         throttled.add_metric([w.queue], w.throttled_total)
         if w.effective_concurrency is not None:
             effective.add_metric([w.queue], w.effective_concurrency)
+        if w.learned_rate is not None:
+            learned.add_metric([w.queue], round(w.learned_rate, 3))
         for reason in (*HELD_REASONS, *sorted(set(w.held) - set(HELD_REASONS))):
             held.add_metric([w.queue, reason], w.held.get(reason, 0))
-    yield from (active, throttled, effective, held)
+    yield from (active, throttled, effective, learned, held)
 
 
 def _intake(gauges: QueueGauges) -> Iterator[Metric]:

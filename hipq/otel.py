@@ -1,4 +1,4 @@
-"""OpenTelemetry spans in the jobs' traces (SPEC 17, docs/traces.md): ``hipq enqueue``
+"""OpenTelemetry spans in the jobs' traces (docs/traces.md): ``hipq enqueue``
 and, per try, ``hipq try`` from launch to outcome. Imported only when the SDK is
 installed (``pip install hipq[otel]``) and asked for (:func:`hipq.tracing.wanted`);
 the state model is :mod:`hipq.tracing`'s.

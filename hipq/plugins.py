@@ -124,7 +124,7 @@ class ThrottleResult:
             (``expired`` for reason "expired", else ``failed`` with the reason).
         held: optional, job id -> why a candidate waits (``concurrency``,
             ``quota``, ``rate_limit``, ``ordering_key``, ``window``...): counted per
-            reason on the queue (SPEC 15); a waiting candidate not listed counts
+            reason on the queue (docs/throttling.md); a waiting candidate not listed counts
             as ``throttler``.
     Candidates in none of the three simply wait for a later tick.
     """

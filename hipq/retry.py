@@ -199,8 +199,8 @@ def _ask(queue: QueueSpec, strategy: RetryFn, ctx: RetryContext) -> Retry | Give
 
 def _checked(decision: object) -> Retry | GiveUp | str:
     """A strategy's decision as the store can keep it (its time in UTC), or what is
-    wrong with it: an error in a plugin (SPEC 4), which must not reach step 3's one
-    transaction."""
+    wrong with it: an error in a plugin (docs/configuration.md, "Plugins"), which must not reach
+    step 3's one transaction."""
     if isinstance(decision, GiveUp):
         if not isinstance(decision.reason, str) or text_problem(decision.reason):
             return f"a give-up whose reason is not plain text ({decision.reason!r:.100})"

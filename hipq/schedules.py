@@ -25,10 +25,10 @@ import asyncio
 import logging
 import zoneinfo
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from hipq.api.schedule_models import ScheduleOut
 from hipq.bodies import EnqueueRequest
 from hipq.clock import Clock
 from hipq.config import ScheduleConfig, Settings
@@ -46,6 +46,21 @@ CATCH_UP_WINDOW = timedelta(hours=24)
 MAX_FIRES_PER_PASS = 2000  # a 24 h catch-up of a per-minute cron is 1,440
 _TICK = timedelta(microseconds=1)
 FIRST_SEEN_KEY = "schedule:{id}:first_seen"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """One schedule as ``GET /v1/schedules`` shows it: its settings and its next
+    fire time (None when its cron never fires again)."""
+
+    id: str
+    queue: str
+    cron: str
+    timezone: str
+    catch_up: bool
+    priority: int
+    data: dict[str, Any]
+    next_fire_time: datetime | None
 
 
 def fire_job_id(schedule_id: str, fire: datetime) -> str:
@@ -189,10 +204,10 @@ class Schedules:
                            datetime.max.replace(tzinfo=UTC), limit=1)
         return fires[0] if fires else None
 
-    def describe(self) -> list[ScheduleOut]:
-        return [ScheduleOut(id=s.id, queue=s.queue, cron=s.cron, timezone=s.timezone,
-                            catch_up=s.catch_up, priority=s.priority, data=s.data,
-                            next_fire_time=self.next_fire_time(s)) for s in self.schedules]
+    def describe(self) -> list[ScheduleState]:
+        return [ScheduleState(id=s.id, queue=s.queue, cron=s.cron, timezone=s.timezone,
+                              catch_up=s.catch_up, priority=s.priority, data=s.data,
+                              next_fire_time=self.next_fire_time(s)) for s in self.schedules]
 
 
 async def open_schedules(service: Hipq, settings: Settings, *, clock: Clock) -> Schedules:

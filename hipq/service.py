@@ -33,6 +33,7 @@ from hipq.errors import (
     ValidationError,
 )
 from hipq.frozen import evolver
+from hipq.intake_rows import request_of
 from hipq.jobs import (
     GENERATED_KEY_PREFIX,
     Attempt,
@@ -140,10 +141,11 @@ class Hipq:
         return await self.store.queue_list()
 
     async def set_paused(self, queue: str, paused: bool) -> QueueRecord:
-        """Pause or resume a queue; a resume also ends its partner's pauses (docs/throttling.md:
-        cleared first, then the record is touched, so its owner reloads them)."""
+        """Pause or resume a queue; a resume also ends its partner's pauses and makes the
+        jobs they held back due now (docs/throttling.md: cleared first, then the record
+        is touched, so its owner reloads them)."""
         if not paused:
-            await self.store.backoff_clear(queue=queue)
+            await self.store.backoff_clear(queue=queue, now=self.clock.now())
         if not await self.store.queue_set_paused(queue, paused, now=self.clock.now()):
             raise QueueNotFound(queue)
         self._configs.pop(queue, None)
@@ -238,8 +240,6 @@ class Hipq:
     async def _from_intake(self, queue: str, job_id: str) -> Job | None:
         """A job enqueued from SQL and not ingested yet (docs/from-your-database.md), as
         its row says."""
-        from hipq.intake import request_of  # the intake module builds on this one
-
         row = await self.store.intake_find(queue, job_id)
         if row is None:
             return None

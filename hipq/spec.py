@@ -45,11 +45,13 @@ class RateLimitSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackoffSpec:
-    """How a throttled try pauses its scope (SPEC 15): ``scope`` ``queue`` or
+    """How a throttled try pauses its scope (docs/throttling.md): ``scope`` ``queue`` or
     ``group`` (jobs sharing the value at ``field``); without a time from the partner
     the pause is ``initial_seconds`` doubling per throttled try in a row, up to
     ``max_seconds``; a time the partner gives pauses at most ``max_partner_seconds``;
-    a job's try past ``max_throttled`` throttled in a row counts as failed."""
+    a job's try past ``max_throttled`` throttled in a row counts as failed. With
+    ``learn`` (the default), a refusal that gives no time lowers the learned launch
+    rate of the queue instead of pausing it (docs/throttling.md, "Partners")."""
 
     scope: str = "queue"
     field: str | None = None
@@ -57,6 +59,7 @@ class BackoffSpec:
     max_seconds: float = 300.0
     max_partner_seconds: float = 3600.0
     max_throttled: int = 50
+    learn: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Enqueue from SQL, in the producer's own transaction (SPEC 16).
+"""Enqueue from SQL, in the producer's own transaction (docs/from-your-database.md).
 
 The outbox pattern: write your row and its job in one transaction, and the job
 exists if and only if that transaction commits. There is no second system to keep

@@ -1,4 +1,4 @@
-"""Traces (SPEC 17, docs/traces.md): the W3C trace context a job carries, and the
+"""Traces (docs/traces.md): the W3C trace context a job carries, and the
 tracer that emits hipq's spans when OpenTelemetry is set up (:mod:`hipq.otel`).
 
 State model. A job's context is stored with it, in the ``trace`` column of ``jobs``

@@ -1,4 +1,4 @@
-"""Why a job waits (SPEC 15): the verdict on one queued job, from facts the service
+"""Why a job waits (docs/throttling.md): the verdict on one queued job, from facts the service
 reads from the database when asked (``GET /v1/jobs/{queue}/{id}``). Pure: no I/O.
 
 The reasons, checked in this order (the first that applies is the answer):

@@ -18,7 +18,6 @@ from hipq.api.api_errors import ApiError
 from hipq.api.auth import Role, request_role
 from hipq.api.deps import DEPS
 from hipq.api.io import decode_cursor, encode_cursor, read_body, read_json, read_query, reply
-from hipq.api.json_types import type_problem
 from hipq.api.models import (
     HISTORY_SHOWN,
     PAUSES_SHOWN,
@@ -43,6 +42,7 @@ from hipq.bodies import BatchItem, DataOnly, EnqueueRequest, ResponseRequest
 from hipq.config import QUEUE_ID_PATTERN, QueueConfig
 from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
+from hipq.json_types import type_problem
 from hipq.responses.signing import connection_name
 from hipq.service import Hipq, queue_config
 from hipq.store import InsertStatus, JobHistory, QueueRecord, QueueStats
@@ -76,7 +76,7 @@ def _ids(request: web.Request) -> tuple[str, str]:
 def job_out(job: Job, history: JobHistory | None = None,
             waiting: dict[str, Any] | None = None) -> JobOut:
     """The job JSON; with ``history`` (GET of one job), the entries read and their
-    total count, and why it waits (``waiting``, SPEC 15)."""
+    total count, and why it waits (``waiting``, docs/throttling.md)."""
     body = job.to_json() | {"history": [a.to_json() for a in history.tries] if history else [],
                             "history_count": history.total if history else None,
                             "waiting": waiting}
@@ -87,7 +87,7 @@ def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
               snapshot: Snapshot | None = None, now: datetime | None = None) -> QueueOut:
     """The queue as JSON: secrets as "***"; for other roles than admin, the target
     URL without userinfo and with its query values masked too. With ``snapshot``,
-    the partner's word on it (SPEC 15) at ``now``."""
+    the partner's word on it (docs/throttling.md) at ``now``."""
     config = QueueConfig.model_validate(redacted(queue_config(record), urls=not admin))
     word: dict[str, Any] = {}
     if snapshot is not None and now is not None:
@@ -95,7 +95,9 @@ def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
         word = {"backoff": [b.to_json() for b in
                             snapshot.pauses_in_force(record.id, now, PAUSES_SHOWN)],
                 "effective_concurrency": told.effective_concurrency, "held": told.held,
-                "throttled_total": told.throttled_total}
+                "throttled_total": told.throttled_total,
+                "learned_rate": (None if told.learned_rate is None
+                                 else round(told.learned_rate, 3))}
     return QueueOut.model_validate({
         "id": record.id, "paused": record.paused, "config": config,
         "created_at": record.created_at, "updated_at": record.updated_at,
@@ -103,7 +105,8 @@ def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
 
 
 def stats_out(stats: QueueStats, snapshot: Snapshot | None) -> QueueStatsOut:
-    """A queue's counts, with its rows in the intake not ingested yet (SPEC 16)."""
+    """A queue's counts, with its rows in the intake not ingested yet
+    (docs/from-your-database.md)."""
     out = QueueStatsOut.model_validate(stats, from_attributes=True)
     pending = 0 if snapshot is None else snapshot.intake_pending(stats.queue)
     return out.model_copy(update={"intake": pending}) if pending else out

@@ -1,4 +1,4 @@
-"""``GET /v1/intake?status=rejected``: the rows enqueued from SQL (SPEC 16,
+"""``GET /v1/intake?status=rejected``: the rows enqueued from SQL (docs/from-your-database.md,
 docs/from-your-database.md) that broke a rule at ingest (unknown queue, bad id or
 data, an unknown field, a conflict), each kept with its error; newest first,
 keyset-paginated like the archive.

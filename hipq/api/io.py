@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from hipq.api.api_errors import ApiError
 from hipq.api.cursors import ARCHIVED_CURSOR, time_of, time_text
 from hipq.api.deps import DEPS
-from hipq.api.json_types import type_problem
+from hipq.json_types import type_problem
 from hipq.values import MAX_DEPTH, json_problem
 
 M = TypeVar("M", bound=BaseModel)
@@ -91,7 +91,7 @@ async def read_json(request: web.Request, *, empty: Any = None, check: bool = Tr
 async def read_body(request: web.Request, model: type[M], *, empty: Any = None,
                     check: bool = True) -> M:
     """The body validated by ``model``, after its JSON types are checked against the
-    published schema (:mod:`hipq.api.json_types`: no ``0`` for ``false``)."""
+    published schema (:mod:`hipq.json_types`: no ``0`` for ``false``)."""
     value = await read_json(request, empty=empty, check=check)
     problem = type_problem(value, model)
     if problem is not None:

@@ -38,6 +38,9 @@ async def _reading(app: web.Application) -> GaugeReading:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    registry = _metrics(request.app)
-    await registry.refresh_gauges(lambda: _reading(request.app))
-    return web.Response(body=registry.render(), headers={"Content-Type": CONTENT_TYPE})
+    # prometheus_client is loaded at the first scrape, not with the API
+    from hipq.metrics_export import render
+
+    counts = _metrics(request.app)
+    await counts.refresh_gauges(lambda: _reading(request.app))
+    return web.Response(body=render(counts), headers={"Content-Type": CONTENT_TYPE})

@@ -50,7 +50,7 @@ class AttemptOut(_Out):
 
 
 class WaitingOut(_Out):
-    """Why a queued job waits (SPEC 15): the first reason that applies, in this order."""
+    """Why a queued job waits (docs/throttling.md): the first reason that applies, in this order."""
 
     reason: Literal["paused", "not_due", "backoff", "window", "ordering_key", "rate_limit",
                     "quota", "concurrency", "position"]
@@ -112,7 +112,7 @@ class QueueStatsOut(_Out):
 
 
 class BackoffOut(_Out):
-    """A partner's pause in force (SPEC 15): no job of its scope launches before
+    """A partner's pause in force (docs/throttling.md): no job of its scope launches before
     ``until``."""
 
     group: str | None = Field(description="the value at backoff.field of the jobs paused "
@@ -138,8 +138,13 @@ class QueueOut(_Out):
         "queue adapts, else the configured one (null: no concurrency)")
     held: dict[str, int] = Field(
         default_factory=dict, description="the due jobs its owner held back at its last tick, "
-        "by reason: concurrency, quota, window, rate_limit, backoff, ordering_key, throttler")
+        "by reason: concurrency, quota, window, rate_limit, backoff, ordering_key, throttler, "
+        "partner (the learned rate)")
     throttled_total: int = Field(default=0, description="throttled tries of the queue in all")
+    learned_rate: float | None = Field(
+        default=None, description="launches a second its owner allows now, learned from "
+        "refusals that gave no time (null: no learned limit; docs/throttling.md, "
+        "\"Partners\")")
 
 
 class QueueList(_Out):
@@ -244,7 +249,7 @@ class StatsOut(_Out):
     queues: list[QueueStatsOut]
     responses: ResponseCounts
     intake: IntakeCounts = Field(default_factory=IntakeCounts, description="the intake "
-                                 "(SPEC 16: enqueue from SQL) in all, every queue")
+                                 "(docs/from-your-database.md) in all, every queue")
 
 
 class HealthQuery(BaseModel):

@@ -10,12 +10,12 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from hipq.api.json_types import TIMEZONE_SCHEMA, ApiJsonSchema
 from hipq.api.models import MAX_BATCH, BatchRequest, ErrorOut
 from hipq.api.routes import Route
 from hipq.bodies import NO_NUL
 from hipq.config import QUEUE_ID_PATTERN
 from hipq.jobs import JOB_ID_PATTERN
+from hipq.json_types import TIMEZONE_SCHEMA, ApiJsonSchema
 
 REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"\{([A-Za-z_]+)\}")

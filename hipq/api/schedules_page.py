@@ -7,9 +7,11 @@ from aiohttp import web
 
 from hipq.api.deps import DEPS
 from hipq.api.io import reply
-from hipq.api.schedule_models import ScheduleList
+from hipq.api.schedule_models import ScheduleList, ScheduleOut
 
 
 async def list_schedules(request: web.Request) -> web.Response:
     schedules = request.app[DEPS].schedules
-    return reply(ScheduleList(schedules=[] if schedules is None else schedules.describe()))
+    states = [] if schedules is None else schedules.describe()
+    return reply(ScheduleList(schedules=[ScheduleOut.model_validate(s, from_attributes=True)
+                                         for s in states]))

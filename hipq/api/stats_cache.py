@@ -7,13 +7,13 @@ queries per interval, not one per request. Concurrent readers of an expired
 snapshot wait for a single refresh. The snapshot is per process: two daemons
 each refresh their own.
 
-It also holds the partner's word (SPEC 15) as the owners stored it: every pause
+It also holds the partner's word (docs/throttling.md) as the owners stored it: every pause
 (readers keep those in force at their own now) and each queue's learned state. A
 resume ends a queue's pauses in the store; :meth:`StatsCache.forget_pauses` drops
 them from the snapshot too (and from a refresh in flight), so no answer shows them
 after the resume.
 
-And the intake's rows (SPEC 16: enqueue from SQL) by queue, pending and rejected: one
+And the intake's rows (docs/from-your-database.md) by queue, pending and rejected: one
 grouped count per refresh (docs/from-your-database.md).
 """
 
@@ -27,7 +27,7 @@ from datetime import datetime
 from aiohttp import web
 
 from hipq.clock import Clock, SystemClock
-from hipq.engine.partner import effective_limit
+from hipq.engine.partner import effective_limit, learned_rate
 from hipq.metrics import QueueWord
 from hipq.service import Hipq
 from hipq.spec import QueueSpec
@@ -78,7 +78,8 @@ class Snapshot:
             effective_concurrency=effective_limit(
                 spec.concurrency, None if adaptive is None else adaptive.min,
                 None if state is None else state.effective),
-            held=dict(state.held or {}) if state is not None else {})
+            held=dict(state.held or {}) if state is not None else {},
+            learned_rate=None if state is None else learned_rate(state, now))
 
     def without_pauses(self, queues: set[str]) -> Snapshot:
         if not queues.intersection(self.pauses):

@@ -142,7 +142,7 @@ def jobs_table(jobs: Sequence[Job], state: str) -> str:
     return "\n".join(lines)
 
 
-# -- intake (SPEC 16: enqueue from SQL; docs/from-your-database.md) ---------------------
+# -- intake (enqueue from SQL; docs/from-your-database.md) --------------------------------
 
 
 def cmd_intake(args: argparse.Namespace) -> int:

@@ -9,16 +9,19 @@
             print(job.id, job.error)
 
 Answers are the API's own models (``hipq.api.models``). A non-2xx answer raises
-:class:`HipqError` (``.status``, ``.code``, ``.message``); a 503 or a connection
-error is retried with back-off first (see ``hipq/client/_core.py``). Importing this
-module loads httpx and pydantic, not the daemon (no SQLAlchemy, aiohttp or aiokafka).
+:class:`ApiStatusError` (``.status``, ``.code``, ``.message``), a
+:class:`HipqError` (:class:`hipq.errors.HipqError` itself, the root of hipq's
+errors, exported here too); a 503 or a connection error is retried with back-off first (see
+``hipq/client/_core.py``). Importing this module loads httpx and pydantic, not the
+daemon (no SQLAlchemy, aiohttp or aiokafka).
 """
 
 from hipq.api.models import BatchResult, JobOut, QueueOut, StatsOut
 from hipq.api.schedule_models import ScheduleOut
 from hipq.client._async import AsyncClient
-from hipq.client._core import EnqueueResult, HipqError, RetryPolicy
+from hipq.client._core import ApiStatusError, EnqueueResult, RetryPolicy
 from hipq.client._sync import Client
+from hipq.errors import HipqError
 
-__all__ = ["AsyncClient", "BatchResult", "Client", "EnqueueResult", "HipqError", "JobOut",
-           "QueueOut", "RetryPolicy", "ScheduleOut", "StatsOut"]
+__all__ = ["ApiStatusError", "AsyncClient", "BatchResult", "Client", "EnqueueResult",
+           "HipqError", "JobOut", "QueueOut", "RetryPolicy", "ScheduleOut", "StatsOut"]

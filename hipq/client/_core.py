@@ -28,7 +28,7 @@ DEFAULT_MAX_BATCH_BYTES = 1_000_000
 RETRY_AFTER_CAP_SECONDS = 5.0
 
 
-class HipqError(errors.HipqError):
+class ApiStatusError(errors.HipqError):
     """A non-2xx answer of the API: ``status`` (HTTP), ``code`` and ``message`` from
     the error body (``{"error": {"code", "message", "details"}}``)."""
 
@@ -119,7 +119,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def checked(response: httpx.Response) -> Any:
-    """The decoded JSON of a 2xx answer; a :class:`HipqError` otherwise."""
+    """The decoded JSON of a 2xx answer; an :class:`ApiStatusError` otherwise."""
     if response.is_success:
         return response.json() if response.content else None
     code, message, details = "http_error", response.reason_phrase or "error", None
@@ -129,7 +129,7 @@ def checked(response: httpx.Response) -> Any:
     except (ValueError, KeyError, TypeError):
         if response.text:
             message = response.text[:500]
-    raise HipqError(response.status_code, code, message, details)
+    raise ApiStatusError(response.status_code, code, message, details)
 
 
 # -- requests ---------------------------------------------------------------------
@@ -191,6 +191,6 @@ def _batch_call(queue: str, items: list[str]) -> Call:
 def batch_results(response: httpx.Response, count: int) -> list[BatchResult]:
     results = [BatchResult.model_validate(r) for r in checked(response)["jobs"]]
     if len(results) != count:
-        raise HipqError(response.status_code, "bad_answer",
+        raise ApiStatusError(response.status_code, "bad_answer",
                         f"the batch answer has {len(results)} results for {count} jobs")
     return results

@@ -11,7 +11,7 @@ build), ``throttle`` (the built-in throttler or a plugin), ``launcher`` (step 5)
 ``maintenance`` (vacuum); ``batch`` holds the in-memory state.
 
 The names below are imported on first use (PEP 562): importing a pure part
-(``decide``, ``batch``, ``held``, ``result``, ``driver``, ``requests``) loads neither
+(``decide``, ``batch``, ``held``, ``result``, ``tick_driver``, ``requests``) loads neither
 the reconciler nor the database, HTTP or configuration libraries behind it.
 """
 

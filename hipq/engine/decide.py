@@ -146,7 +146,7 @@ def sift_decision(candidates: Sequence[Job], decision: ThrottleResult) -> Sifted
 def held_reasons(candidates: Sequence[Job], decision: ThrottleResult,
                  launched: Sequence[str], counts: Mapping[str, int], *,
                  trusted: bool = False) -> dict[str, int]:
-    """The candidates a tick held back, counted by reason (SPEC 15), added to
+    """The candidates a tick held back, counted by reason (docs/throttling.md), added to
     ``counts``: the throttler's reason for each (``window`` for the built-in's
     reschedules), ``throttler`` where it gave none. O(candidates). ``trusted``: the
     built-in throttler, whose reasons name exactly the candidates it neither
@@ -340,7 +340,7 @@ def change_for(entry: HeldTry, spec: QueueSpec | None, retry: RetryFn | None,
     with a deep copy of the job (read back first where the entry let it go);
     without the queue's settings, or the job, it gives up.
 
-    A throttled try (SPEC 15) is given back: queued again at ``paused_until`` (its
+    A throttled try (docs/throttling.md) is given back: queued again at ``paused_until`` (its
     scope's pause), its attempt not spent, under a new token (its callback URL and
     key complete no later try); past ``backoff.max_throttled`` in a row it is a
     failed try of kind ``throttled`` that waits at least until ``paused_until``."""

@@ -6,7 +6,7 @@ interval passed, the cluster changed) and stops it; the service and the Kafka
 consumer tell it of the work and the responses they wrote (:class:`EngineLink`) and
 ask it whether it holds a try. Whether a tick runs now or soon is the engine's
 decision alone, taken in one place (:meth:`Engine._after`, over its
-:class:`~hipq.engine.driver.TickDriver`): at once after a full batch, tries run
+:class:`~hipq.engine.tick_driver.TickDriver`): at once after a full batch, tries run
 within the tick, a backlog of responses, or queues gained; at a partner's pause's
 end, on the clock's timer; else when woken (debounced) or at the interval.
 """
@@ -20,11 +20,11 @@ from typing import Protocol
 
 from hipq.clock import Clock, wait_for
 from hipq.config import ReconcileConfig, ResponsesConfig
-from hipq.engine.driver import TickDriver
 from hipq.engine.reconciler import Reconciler
 from hipq.engine.requests import call
 from hipq.engine.result import ReconcileResult
 from hipq.engine.runtimes import TargetFactory
+from hipq.engine.tick_driver import TickDriver
 from hipq.errors import HipqError, TransientStoreError
 from hipq.store import InboxRow, Store
 

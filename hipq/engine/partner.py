@@ -21,6 +21,12 @@ Per held queue:
   once per round: only a try launched after the last decrease lowers it again (the
   burst of refusals of one round counts once, as TCP decreases once per round
   trip); ``increase_every`` successes add one, never above ``concurrency``.
+* **the learned rate** (``backoff.learn``, the default, for a queue-wide scope): a
+  refusal that gives no time (a bare 429) pauses nothing and does not double; it
+  lowers the queue's launch rate (CUBIC, :mod:`hipq.partners.learning`, once per
+  round), which then climbs back and probes above; launches are paced at that rate
+  in small groups (:class:`~hipq.partners.learning.Pacer`), the engine waking for
+  the next group. The refused try's job is due again at once: the pace holds it.
 * **held counts**: the due jobs the last tick held back, by reason.
 
 Loaded when a queue is gained or its record changes (a resume clears its pauses in
@@ -37,6 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hipq.engine.requests import Plan, call
+from hipq.partners.learning import CubicRate, LaunchRate, Pacer
 from hipq.pause_scope import group_of
 from hipq.retry import partner_time
 from hipq.spec import QueueSpec
@@ -57,6 +64,12 @@ def effective_limit(concurrency: int | None, adaptive_min: int | None,
     if concurrency is None or adaptive_min is None or learned is None:
         return concurrency
     return max(adaptive_min, min(concurrency, math.floor(learned + 1e-9)))
+
+
+def learned_rate(state: QueueState, now: datetime) -> float | None:
+    """The launch rate a queue's owner learned, as stored, at ``now`` (None: no learned
+    limit). Pure: the API and the metrics show what the owner enforces."""
+    return CubicRate(w_max=state.learned_rate, since=state.learned_since).rate(now)
 
 
 def _time_given(spec: QueueSpec, given: Any, streak: int, now: datetime) -> datetime:
@@ -84,6 +97,10 @@ class PartnerWord:
         self._held_saved: dict[str, datetime] = {}
         self._held_pending: set[str] = set()
         self._counted: dict[str, datetime] = {}  # queue -> last count of held jobs
+        self._learned: dict[str, CubicRate] = {}  # queue -> its learned launch rate
+        self._measured: dict[str, LaunchRate] = {}  # queue -> its recent launches
+        self._pacers: dict[str, Pacer] = {}
+        self._paced: set[str] = set()  # queues whose due jobs wait for the pace
 
     # -- loading and saving ----------------------------------------------------------
 
@@ -101,7 +118,9 @@ class PartnerWord:
         for queue in stale:
             self._loaded[queue] = queues[queue].updated_at
             self._pauses[queue] = {}
-            self._states[queue] = states.get(queue) or QueueState(queue=queue)
+            state = self._states[queue] = states.get(queue) or QueueState(queue=queue)
+            self._learned[queue] = CubicRate(w_max=state.learned_rate,
+                                             since=state.learned_since)
             self._dirty_pauses.discard(queue)
             self._dirty_states.discard(queue)
         for pause in pauses:
@@ -109,9 +128,10 @@ class PartnerWord:
 
     def forget(self, queue: str) -> None:
         for table in (self._pauses, self._states, self._loaded, self._held_saved,
-                      self._counted):
+                      self._counted, self._learned, self._measured, self._pacers):
             table.pop(queue, None)
-        for marks in (self._dirty_pauses, self._dirty_states, self._held_pending):
+        for marks in (self._dirty_pauses, self._dirty_states, self._held_pending,
+                      self._paced):
             marks.discard(queue)
 
     def save(self, now: datetime) -> Plan[None]:
@@ -194,7 +214,14 @@ class PartnerWord:
 
     def throttled(self, spec: QueueSpec, scope: str | None, launched_at: datetime | None,
                   partner: Any, reason: str, now: datetime) -> datetime:
-        """A throttled try of ``scope``: pause it; the time the pause ends."""
+        """A throttled try of ``scope``: pause it; the time the pause ends. A refusal
+        that gives no time, of a queue that learns, pauses nothing: it lowers the
+        learned rate (once a round) and its job is due again ``now``."""
+        if self.learns(spec) and partner_time(
+                partner, now, cap=spec.backoff.max_partner_seconds) is None:
+            self._refused(spec, launched_at, now)
+            self.slow_down(spec, launched_at, now)
+            return now
         pauses = self._pauses.setdefault(spec.id, {})
         old = pauses.get(scope)
         new_round = old is None or launched_at is None or launched_at > old.since
@@ -276,6 +303,71 @@ class PartnerWord:
         state.successes = 0
         state.decreased_at = now
         self._dirty_states.add(spec.id)
+
+    # -- the learned rate ------------------------------------------------------------------
+
+    @staticmethod
+    def learns(spec: QueueSpec) -> bool:
+        """Whether a refusal without a time teaches the queue its rate (the default;
+        group scopes keep the doubling pause per group)."""
+        return spec.backoff.learn and spec.backoff.scope == "queue"
+
+    def _refused(self, spec: QueueSpec, launched_at: datetime | None, now: datetime) -> None:
+        queue = spec.id
+        state = self._state(queue)
+        state.throttled_total += 1
+        self._dirty_states.add(queue)
+        learned = self._learned.setdefault(queue, CubicRate())
+        measured = self._measured.get(queue)
+        if learned.refused(now, launched_at=launched_at or now,
+                           measured=0.0 if measured is None else measured.per_second(now)):
+            state.learned_rate, state.learned_since = learned.w_max, learned.since
+
+    def learned_rate(self, queue: str, now: datetime) -> float | None:
+        """Launches a second the queue may make now; None: no learned limit (a
+        learned rate the curve has climbed far past is forgotten here)."""
+        learned = self._learned.get(queue)
+        if learned is None or learned.w_max is None:
+            return None
+        rate = learned.rate(now)
+        if rate is None:
+            learned.forget_if_stale(now)
+            state = self._state(queue)
+            state.learned_rate = state.learned_since = None
+            self._dirty_states.add(queue)
+        return rate
+
+    def launched(self, queue: str, count: int, now: datetime) -> None:
+        """``count`` tries of the queue were claimed ``now`` (the measured rate)."""
+        measured = self._measured.get(queue)
+        if measured is None:
+            measured = self._measured[queue] = LaunchRate()
+        measured.launched(now, count)
+
+    def pace(self, queue: str, launch: list[str], now: datetime) -> list[str]:
+        """The chosen launches the learned rate allows now (the rest wait for the next
+        group, reason ``partner``)."""
+        self._paced.discard(queue)
+        rate = self.learned_rate(queue, now)
+        if rate is None or not launch:
+            return launch
+        pacer = self._pacers.get(queue)
+        if pacer is None:
+            pacer = self._pacers[queue] = Pacer()
+        allowed = pacer.allow(rate, now, len(launch))
+        if allowed < len(launch):
+            self._paced.add(queue)
+        return launch[:allowed]
+
+    def next_group(self, now: datetime) -> datetime | None:
+        """When the paced queues may launch their next group (a tick is due then)."""
+        times = []
+        for queue in self._paced:
+            rate = self.learned_rate(queue, now)
+            pacer = self._pacers.get(queue)
+            if rate is not None and pacer is not None:
+                times.append(pacer.next_at(rate, now))
+        return min(times) if times else None
 
     # -- the adaptive limit ----------------------------------------------------------------
 

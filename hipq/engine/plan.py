@@ -209,6 +209,7 @@ class TickPlan:
                 if ids:
                     ran, held = yield from claims.claim(self.engine, chosen, ids, self.now,
                                                         self.counters)
+                    self.engine.partner.launched(spec.id, len(ran), self.now)
                     launched.extend(ran)
                     self.to_launch.extend(held)
         self.counters.add("launched", len(launched))
@@ -236,7 +237,9 @@ class TickPlan:
             yield engine.leases.release(queues)
             for queue in queues:
                 engine.batch.drop_queue(queue)
-        counters.wake_at = engine.partner.next_end(engine.held, now)
+        wakes = [t for t in (engine.partner.next_end(engine.held, now),
+                             engine.partner.next_group(now)) if t is not None]
+        counters.wake_at = min(wakes, default=None)  # a pause ends, a paced group is due
         result = self.result = counters.result()
         if result.changed:
             log.info("reconcile tick: %s", dict(counters.values), extra={"action": "tick"})

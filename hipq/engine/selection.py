@@ -92,12 +92,7 @@ def select_queue(engine: Reconciler, runtime: QueueRuntime, now: datetime,
         if len(kept) < len(candidates):
             held["backoff"] = len(candidates) - len(kept)
         candidates = kept
-    recent: dict[str, list[datetime]] = {}
-    if spec.rate_limit is not None:
-        since = now - timedelta(seconds=spec.rate_limit.per_seconds)
-        recent = yield call("launch_events_recent", queue=spec.id, since=since)
-        for group, times in engine.rates.extra(spec.id, since, now).items():
-            recent.setdefault(group, []).extend(times)
+    recent = yield from _recent_launches(engine, spec, now)
     batch, queue = engine.batch, spec.id
     usage = batch.usage(queue, spec.quotas.field if spec.quotas is not None else None)
     seen: Sequence[Job] = candidates
@@ -119,11 +114,27 @@ def select_queue(engine: Reconciler, runtime: QueueRuntime, now: datetime,
         partner.held(spec.id, held)
         return None
     launch = yield from _apply_decision(spec.id, candidates, decision, now, counters)
+    paced = partner.pace(spec.id, launch, now)  # the learned rate, if the partner taught one
+    if len(paced) < len(launch):
+        held["partner"] = len(launch) - len(paced)
     partner.held(spec.id, held_reasons(candidates, decision, launch, held,
                                        trusted=not spec.custom_throttler))
+    launch = paced
     if not launch:
         return None
     return Selection(runtime=runtime, launch=launch, candidates={j.id: j for j in candidates})
+
+
+def _recent_launches(engine: Reconciler, spec: QueueSpec,
+                     now: datetime) -> Plan[dict[str, list[datetime]]]:
+    """The launches a rate limit counts, by group (none without a rate limit)."""
+    recent: dict[str, list[datetime]] = {}
+    if spec.rate_limit is not None:
+        since = now - timedelta(seconds=spec.rate_limit.per_seconds)
+        recent = yield call("launch_events_recent", queue=spec.id, since=since)
+        for group, times in engine.rates.extra(spec.id, since, now).items():
+            recent.setdefault(group, []).extend(times)
+    return recent
 
 
 def _held_at_capacity(engine: Reconciler, spec: QueueSpec, now: datetime) -> Plan[None]:

@@ -53,7 +53,7 @@ class _Tick:
                      if queue.rate_limit is not None else None)
         self.keys = OrderingKeys(usage.ordering_keys)
         self.launch: list[Job] = []
-        self.held: dict[str, str] = {}  # job id -> why it waits (SPEC 15)
+        self.held: dict[str, str] = {}  # job id -> why it waits (docs/throttling.md)
         self.normal_blocked = False
         self.blocked_groups: set[str] = set()
         self.over_quota: list[Job] = []
@@ -152,8 +152,8 @@ class _Wrapped:
 def checked_decision(decision: ThrottleResult) -> ThrottleResult:
     """A throttler plugin's decision in the shapes the engine and the stores take
     (its times in UTC; a naive time is taken as UTC), else ``TypeError`` saying what
-    is wrong: an error in a plugin (SPEC 4, nothing of its queue launches that tick),
-    which must not reach the store, where it would fail every tick for every queue."""
+    is wrong: an error in a plugin (nothing of its queue launches that tick: docs/configuration.md,
+    "Plugins"), which must not reach the store, where it would fail every tick for every queue."""
     launch: list[Any] = [None]
     with contextlib.suppress(TypeError):  # not iterable
         launch = list(decision.launch)

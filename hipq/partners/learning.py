@@ -31,8 +31,9 @@ Pure: no I/O library; times are given.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 BETA = 0.7  # the rate kept after a refusal (CUBIC's and the AWS SDKs' value)
 K_SECONDS = 5.0  # seconds for the curve to climb back to a refused rate
@@ -43,28 +44,29 @@ MEASURE_SECONDS = 2.0  # the launch rate is measured over this many seconds
 
 @dataclass(slots=True)
 class LaunchRate:
-    """The launch rate measured over the last :data:`MEASURE_SECONDS`."""
+    """The launch rate measured over the last :data:`MEASURE_SECONDS`: one entry per
+    group of launches (a tick's), not per launch."""
 
-    stamps: list[datetime] = field(default_factory=list)
+    stamps: deque[tuple[datetime, int]] = field(default_factory=deque)
+    total: int = 0
 
     def launched(self, now: datetime, count: int = 1) -> None:
-        self.stamps.extend([now] * count)
+        if count > 0:
+            self.stamps.append((now, count))
+            self.total += count
         self._trim(now)
 
     def _trim(self, now: datetime) -> None:
         stamps = self.stamps
-        cut = 0
-        while cut < len(stamps) and (now - stamps[cut]).total_seconds() > MEASURE_SECONDS:
-            cut += 1
-        if cut:
-            del stamps[:cut]
+        while stamps and (now - stamps[0][0]).total_seconds() > MEASURE_SECONDS:
+            self.total -= stamps.popleft()[1]
 
     def per_second(self, now: datetime) -> float:
         self._trim(now)
         if not self.stamps:
             return 0.0
-        span = max((now - self.stamps[0]).total_seconds(), MEASURE_SECONDS / 4)
-        return len(self.stamps) / span
+        span = max((now - self.stamps[0][0]).total_seconds(), MEASURE_SECONDS / 4)
+        return self.total / span
 
 
 @dataclass(slots=True)
@@ -99,3 +101,41 @@ class CubicRate:
     def forget_if_stale(self, now: datetime) -> None:
         if self.w_max is not None and self.rate(now) is None:
             self.w_max = self.since = None
+
+
+PACE_SECONDS = 0.05  # launches at a learned rate go in groups at most this far apart
+
+
+@dataclass(slots=True)
+class Pacer:
+    """Launches at a learned rate, spread out: a token bucket that fills at the rate
+    and holds at most :data:`PACE_SECONDS` of it (at least one launch), so a partner
+    sees small groups every few tens of milliseconds rather than a burst a second."""
+
+    tokens: float = 1.0
+    at: datetime | None = None
+
+    @staticmethod
+    def burst(rate: float) -> float:
+        return max(1.0, rate * PACE_SECONDS)
+
+    def _fill(self, rate: float, now: datetime) -> None:
+        if self.at is not None:
+            elapsed = max((now - self.at).total_seconds(), 0.0)
+            self.tokens = min(self.burst(rate), self.tokens + rate * elapsed)
+        else:
+            self.tokens = self.burst(rate)
+        self.at = now
+
+    def allow(self, rate: float, now: datetime, wanted: int) -> int:
+        """How many of ``wanted`` launches may go now (taken from the bucket)."""
+        self._fill(rate, now)
+        allowed = min(wanted, int(self.tokens + 1e-9))
+        self.tokens -= allowed
+        return allowed
+
+    def next_at(self, rate: float, now: datetime) -> datetime:
+        """When the bucket is full again: the time to look for the next group."""
+        self._fill(rate, now)
+        missing = max(self.burst(rate) - self.tokens, 0.0)
+        return now + timedelta(seconds=missing / rate)

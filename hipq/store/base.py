@@ -453,8 +453,13 @@ class Store(Protocol):
     async def backoff_replace(self, *, queue: str, backoffs: Sequence[Backoff]) -> None:
         """The owner's pauses of ``queue``, all of them: any other row of it goes."""
 
-    async def backoff_clear(self, *, queue: str) -> int:
-        """End every pause of ``queue`` (a resume); how many there were."""
+    async def backoff_clear(self, *, queue: str, now: datetime | None = None) -> int:
+        """End every pause of ``queue`` (a resume); how many there were. With ``now``,
+        in the same transaction, the queue's queued jobs that wait because the partner
+        said "not now" to their last try (given back: error kind ``throttled`` with
+        ``in_a_row`` and ``data.from_partner`` true) and are due later than ``now`` are
+        due at ``now``; jobs waiting for a ``run_after``, a retry's back-off or a
+        producer's ``throttled`` status keep their time."""
 
     async def queue_state_list(self, *, queues: Sequence[str] | None = None
                                ) -> dict[str, QueueState]:

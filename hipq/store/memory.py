@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from hipq.errors import StoreConflict, StoreError
+from hipq.jobs import ErrorKind, Job, JobState
 from hipq.store.driver import VERSION_KEY
 from hipq.store.memory_inbox import MemoryInbox
 from hipq.store.memory_intake import MemoryIntake
@@ -66,6 +67,18 @@ def _turn_first(method: Method) -> Method:
         return await method(self, *args, **kwargs)
 
     return call
+
+
+def _given_back(job: Job) -> bool:
+    """Whether the job waits because the partner said "not now" to its last try: its
+    error as :func:`hipq.engine.decide.change_for` requeues a throttled try given back
+    (kind ``throttled`` with ``in_a_row``), said by the partner (``data.from_partner``),
+    as the SQL drivers' resume reads it."""
+    error = job.error
+    if not isinstance(error, dict) or error.get("kind") != ErrorKind.THROTTLED:
+        return False
+    data = error.get("data")
+    return "in_a_row" in error and isinstance(data, dict) and data.get("from_partner") is True
 
 
 def _read(row: dict[str, Any]) -> dict[str, Any]:
@@ -188,10 +201,14 @@ class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
         for backoff in backoffs:
             self._t.backoffs[(queue, backoff.scope)] = replace(backoff, queue=queue)
 
-    async def backoff_clear(self, *, queue: str) -> int:
+    async def backoff_clear(self, *, queue: str, now: datetime | None = None) -> int:
         keys = [k for k in self._t.backoffs if k[0] == queue]
         for key in keys:
             del self._t.backoffs[key]
+        if now is not None:
+            for job in list(self._t.live.get(queue, {}).values()):
+                if job.status is JobState.QUEUED and job.run_at > now and _given_back(job):
+                    self._t.put_live(job.evolve(run_at=now, updated_at=now))
         return len(keys)
 
     async def queue_state_list(self, *, queues: Sequence[str] | None = None

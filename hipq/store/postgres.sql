@@ -868,7 +868,7 @@ ORDER BY owner
 -- name: daemon_leave
 DELETE FROM daemons WHERE owner = :owner
 
--- -- the intake: enqueue from SQL (SPEC 16) -------------------------------------------
+-- -- the intake: enqueue from SQL (docs/from-your-database.md) ------------------------
 -- JSON columns are read as their text: ingestion validates the text of a batch in
 -- one go, and a value nested too deeply for Python's decoder stays text (rejected).
 -- Every read is bounded in bytes before a value is read (docs/from-your-database.md,
@@ -1016,7 +1016,7 @@ WHERE NOT known AND n > :others HAVING count(*) > 0
 -- name: intake_last_id
 SELECT COALESCE(max(id), 0) AS id FROM job_intake
 
--- -- the partner's word (SPEC 15) ------------------------------------------------------
+-- -- the partner's word (docs/throttling.md) ------------------------------------------
 
 -- name: backoff_list
 -- A scope is "" (the queue) or "=" and its group, at most 200 characters
@@ -1047,31 +1047,49 @@ ON CONFLICT (queue, scope) DO UPDATE SET until = excluded.until, reason = exclud
 -- name: backoff_clear
 DELETE FROM queue_backoffs WHERE queue = :queue
 
+-- name: backoff_clear_due
+-- A resume: every pause of the queue ends, and, in the same statement, its queued
+-- jobs given back by the partner's "not now" (their last error: kind 'throttled',
+-- with 'in_a_row' and data.from_partner true, as hipq.engine.decide.change_for
+-- requeues them) and due later than :now are due at :now. Jobs waiting for a
+-- run_after, a retry's back-off or a producer's throttled status are left alone.
+-- The queue's future jobs are read through ix_jobs_due_time (a resume is rare).
+WITH gone AS (DELETE FROM queue_backoffs WHERE queue = :queue RETURNING 1),
+due AS (
+    UPDATE jobs SET run_at = :now, updated_at = :now
+    WHERE queue = :queue AND status = 'queued' AND run_at > :now
+      AND error->>'kind' = 'throttled' AND error->'in_a_row' IS NOT NULL
+      AND error->'data'->'from_partner' = 'true'::jsonb
+    RETURNING 1)
+SELECT (SELECT count(*) FROM gone) AS cleared, (SELECT count(*) FROM due) AS due
+
 -- name: queue_state_list
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total
+       throttled_total, learned_rate, learned_since
 FROM queue_state WHERE queue = ANY(:queues::text[])
 
 -- name: queue_state_all
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total
+       throttled_total, learned_rate, learned_since
 FROM queue_state
 
 -- name: queue_state_save
 INSERT INTO queue_state (queue, effective, successes, decreased_at, held, held_at,
-                         throttled_total)
+                         throttled_total, learned_rate, learned_since)
 SELECT u.queue, u.effective, u.successes, u.decreased_at, u.held::jsonb, u.held_at,
-       u.throttled_total
+       u.throttled_total, u.learned_rate, u.learned_since
 FROM unnest(:queues::text[], :effectives::float8[], :successes::int4[],
             :decreased_ats::timestamptz[], :helds::text[], :held_ats::timestamptz[],
-            :totals::int8[])
-    AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total)
+            :totals::int8[], :learned_rates::float8[], :learned_sinces::timestamptz[])
+    AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total,
+         learned_rate, learned_since)
 ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
     successes = excluded.successes, decreased_at = excluded.decreased_at,
     held = excluded.held, held_at = excluded.held_at,
-    throttled_total = excluded.throttled_total
+    throttled_total = excluded.throttled_total, learned_rate = excluded.learned_rate,
+    learned_since = excluded.learned_since
 
--- -- why a job waits (SPEC 15) -------------------------------------------------------
+-- -- why a job waits (docs/throttling.md) ---------------------------------------------
 -- Where a queued job stands in its queue, in one read, when one job is asked for
 -- (hipq/waiting.py), never by a tick: the weight of the running jobs by (critical,
 -- quota group), as JSON (the running jobs' partial index, ix_jobs_running); the first

@@ -1,4 +1,4 @@
-"""The PostgreSQL driver's statements of the intake (SPEC 16: enqueue from SQL). A
+"""The PostgreSQL driver's statements of the intake (docs/from-your-database.md). A
 mixin of :class:`~hipq.store.postgres.PostgresStore`, whose named-statement helpers
 it uses (the blocks are in ``postgres.sql``). Every read is bounded in bytes before
 a value is read (docs/from-your-database.md, "Limits")."""

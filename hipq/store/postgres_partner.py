@@ -1,4 +1,4 @@
-"""The PostgreSQL driver's statements of the partner's word (SPEC 15): pauses, what
+"""The PostgreSQL driver's statements of the partner's word (docs/throttling.md): pauses, what
 the owners learned of their queues, and a queued job's standing (why it waits).
 A mixin of :class:`~hipq.store.postgres.PostgresStore`, whose named-statement
 helpers it uses (the blocks are in ``postgres.sql``)."""
@@ -38,8 +38,11 @@ class PartnerStatements:
                             streaks=[b.streak for b in backoffs],
                             sinces=[b.since for b in backoffs])
 
-    async def backoff_clear(self, *, queue: str) -> int:
-        return await self._execute("backoff_clear", queue=queue)
+    async def backoff_clear(self, *, queue: str, now: datetime | None = None) -> int:
+        if now is None:
+            return await self._execute("backoff_clear", queue=queue)
+        row = await self._fetchrow("backoff_clear_due", queue=queue, now=now)
+        return int(row["cleared"])
 
     async def queue_state_list(self, *, queues: Sequence[str] | None = None
                                ) -> dict[str, QueueState]:
@@ -55,7 +58,9 @@ class PartnerStatements:
             effectives=[x.effective for x in states], successes=[x.successes for x in states],
             decreased_ats=[x.decreased_at for x in states],
             helds=[to_json(x.held) for x in states], held_ats=[x.held_at for x in states],
-            totals=[x.throttled_total for x in states])
+            totals=[x.throttled_total for x in states],
+            learned_rates=[x.learned_rate for x in states],
+            learned_sinces=[x.learned_since for x in states])
 
     async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
                            key_mode: str = "strict") -> JobStanding:

@@ -187,7 +187,7 @@ class Change:
 
 @dataclass(slots=True, kw_only=True)
 class IntakeRow:
-    """A row of the intake (SPEC 16): a job a producer enqueued from SQL, pending
+    """A row of the intake (docs/from-your-database.md): a job a producer enqueued from SQL, pending
     (``error`` None) or rejected with its error. Not frozen: one is made per row
     ingested, and a frozen dataclass's ``__init__`` costs twice as much.
 
@@ -312,7 +312,7 @@ _CUT = ("queue", "id", "data", "fields", "error")  # what a listing may cut
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
-    """A partner's pause of one scope of a queue (SPEC 15): the whole queue
+    """A partner's pause of one scope of a queue (docs/throttling.md): the whole queue
     (``group`` None) or the jobs whose backoff field's value has the group ``group``
     (the value in its bounded form, :func:`hipq.pause_scope.group_of`).
     ``streak``: throttled tries in a row of the scope (the back-off doubles with
@@ -345,7 +345,7 @@ def backoff_of(row: Any) -> Backoff:
 
 @dataclass(slots=True, kw_only=True)
 class QueueState:
-    """What the owner of a queue learned of it (SPEC 15): the adaptive limit
+    """What the owner of a queue learned of it (docs/throttling.md): the adaptive limit
     (``effective``; None: the configured one), successes since its last change,
     the time of its last decrease, the due jobs held back at its last tick by reason,
     and its throttled tries in all."""
@@ -357,11 +357,13 @@ class QueueState:
     held: dict[str, int] | None = None
     held_at: datetime | None = None
     throttled_total: int = 0
+    learned_rate: float | None = None  # the rate last refused (CUBIC's w_max), a second
+    learned_since: datetime | None = None  # when that refusal came
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobStanding:
-    """Where a queued job stands in its queue, for "why a job waits" (SPEC 15):
+    """Where a queued job stands in its queue, for "why a job waits" (docs/throttling.md):
     ``running``, the weight of the queue's running jobs by (critical, ``group_key``);
     ``key_ahead``, the first job of its ordering key that holds it back (running, or
     queued before it); ``ahead``, the due queued jobs before it in the queue's order

@@ -160,13 +160,15 @@ def queue_state_of(r: Any) -> QueueState:
         held = json.loads(held)
     return QueueState(queue=r["queue"], effective=r["effective"], successes=r["successes"],
                       decreased_at=r["decreased_at"], held=held, held_at=r["held_at"],
-                      throttled_total=r["throttled_total"])
+                      throttled_total=r["throttled_total"], learned_rate=r["learned_rate"],
+                      learned_since=r["learned_since"])
 
 
 def queue_state_values(state: QueueState) -> dict[str, Any]:
     return {"queue": state.queue, "effective": state.effective, "successes": state.successes,
             "decreased_at": state.decreased_at, "held": state.held, "held_at": state.held_at,
-            "throttled_total": state.throttled_total}
+            "throttled_total": state.throttled_total, "learned_rate": state.learned_rate,
+            "learned_since": state.learned_since}
 
 
 def standing_of(running: Iterable[Sequence[Any]], key_ahead: str | None,

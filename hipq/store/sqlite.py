@@ -586,10 +586,19 @@ class SQLiteStore(SQLiteIntake):
                     {"queue": queue, "scope": b.scope, "until": b.until, "reason": b.reason,
                      "streak": b.streak, "since": b.since} for b in backoffs])
 
-    async def backoff_clear(self, *, queue: str) -> int:
-        t = s.queue_backoffs
+    async def backoff_clear(self, *, queue: str, now: datetime | None = None) -> int:
+        t, j = s.queue_backoffs, s.jobs
         async with self._tx() as conn:
-            return (await conn.execute(t.delete().where(t.c.queue == queue))).rowcount
+            cleared = (await conn.execute(t.delete().where(t.c.queue == queue))).rowcount
+            if now is not None:  # as postgres.sql's backoff_clear_due
+                error = j.c.error
+                await conn.execute(j.update().where(
+                    j.c.queue == queue, j.c.status == s.QUEUED, j.c.run_at > now,
+                    sa.func.json_extract(error, "$.kind") == "throttled",
+                    sa.func.json_type(error, "$.in_a_row").is_not(None),
+                    sa.func.json_type(error, "$.data.from_partner") == "true",
+                ).values(run_at=now, updated_at=now))
+            return int(cleared)
 
     async def queue_state_list(self, *, queues: Sequence[str] | None = None
                                ) -> dict[str, QueueState]:
@@ -607,7 +616,8 @@ class SQLiteStore(SQLiteIntake):
         stmt = insert(t)
         stmt = stmt.on_conflict_do_update(index_elements=[t.c.queue], set_={
             c: stmt.excluded[c] for c in ("effective", "successes", "decreased_at", "held",
-                                          "held_at", "throttled_total")})
+                                          "held_at", "throttled_total", "learned_rate",
+                                          "learned_since")})
         async with self._tx() as conn:
             await conn.execute(stmt, [queue_state_values(state) for state in states])
 

@@ -1,4 +1,4 @@
-"""The SQLite driver's statements of the intake (SPEC 16: enqueue from SQL), as
+"""The SQLite driver's statements of the intake (docs/from-your-database.md), as
 SQLAlchemy Core over ``job_intake``. A base of
 :class:`~hipq.store.sqlite.SQLiteStore` (``_tx``: one writer, BEGIN IMMEDIATE).
 

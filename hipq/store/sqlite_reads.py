@@ -196,7 +196,7 @@ class SQLiteReads(StoreBase):
             return [job_from_row(r._mapping) for r in await conn.execute(
                 due_statement(shape), {DUE_NOW: now, DUE_LIMIT: limit})]
 
-    # -- why a job waits (SPEC 15): read when one job is asked for, never by a tick ---
+    # -- why a job waits (docs/throttling.md): read when one job is asked for, never by a tick ---
 
     async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
                            key_mode: str = "strict") -> JobStanding:

@@ -226,7 +226,7 @@ daemons = sa.Table(
     sa.Column("expires_at", UTCDateTime, nullable=False),
 )
 
-# A partner's pause (SPEC 15): one row per paused scope of a queue; ``scope`` is ""
+# A partner's pause (docs/throttling.md): one row per paused scope of a queue; ``scope`` is ""
 # for the whole queue, else "=" and the group's value. Written by the queue's owner,
 # read by every daemon (and by the next owner).
 queue_backoffs = sa.Table(
@@ -240,7 +240,7 @@ queue_backoffs = sa.Table(
     sa.PrimaryKeyConstraint("queue", "scope", name="queue_backoffs_pkey"),
 )
 
-# What the owner of a queue learned of it (SPEC 15): the adaptive limit, the due jobs
+# What the owner of a queue learned of it (docs/throttling.md): the adaptive limit, the due jobs
 # it held back at its last tick by reason, its throttled tries; every daemon serves it.
 queue_state = sa.Table(
     "queue_state", metadata,
@@ -251,6 +251,8 @@ queue_state = sa.Table(
     sa.Column("held", JSON),
     sa.Column("held_at", UTCDateTime),
     sa.Column("throttled_total", BigId, nullable=False),
+    sa.Column("learned_rate", sa.Float),
+    sa.Column("learned_since", UTCDateTime),
 )
 
 class IntakeSize(sa.sql.expression.ColumnElement[int]):
@@ -272,8 +274,8 @@ def _intake_size_postgres(_element: IntakeSize, _compiler: Any, **_kw: Any) -> s
     return "octet_length(data::text) + octet_length(fields::text)"
 
 
-# Enqueue from SQL (SPEC 16): what producers insert in their own transactions (through
-# hipq_enqueue() or hipq.sql); the owner of the queue ingests the pending rows (error
+# Enqueue from SQL (docs/from-your-database.md): what producers insert in their own transactions
+# (through hipq_enqueue() or hipq.sql); the owner of the queue ingests the pending rows (error
 # NULL) into jobs and deletes them; a row that breaks a rule stays, with its error.
 job_intake = sa.Table(
     "job_intake", metadata,

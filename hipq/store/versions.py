@@ -15,7 +15,7 @@ from importlib import resources
 
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 15  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 16  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ def pending(dialect: str, current: int | None) -> list[Migration]:
 
 
 def enqueue_function() -> str:
-    """The DDL of ``hipq_enqueue()`` and ``hipq_enqueue_many()`` (SPEC 16), their
+    """The DDL of ``hipq_enqueue()`` and ``hipq_enqueue_many()`` (docs/from-your-database.md), their
     search_path and grants, as the last migration that makes them has it."""
     marker = "CREATE OR REPLACE FUNCTION hipq_enqueue("
     script = [m.sql for m in migrations("postgresql") if marker in m.sql][-1]

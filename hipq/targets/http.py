@@ -11,7 +11,7 @@ How answers map to outcomes:
   arrives later at ``callback_url``);
 * ``sync`` mode: 2xx means succeeded, the body (JSON, else text) is the result;
 * both modes: 429, and 503 with ``Retry-After``, are the partner's "not now": the
-  try ends ``throttled`` (given back, its scope paused: SPEC 15) with the time the
+  try ends ``throttled`` (given back, its scope paused: docs/throttling.md) with the time the
   partner gave (``Retry-After`` in seconds or as an HTTP date, else
   ``RateLimit-Reset`` / ``X-RateLimit-Reset``: seconds, or an epoch time when
   larger than a year); other 4xx fail the job without retry, except 408; 5xx and
@@ -318,7 +318,7 @@ def is_throttled(answer: Answer) -> bool:
 def partner_outcome(outcome: LaunchOutcome, answer: Answer,
                     target: Endpoint) -> LaunchOutcome:
     """The outcome as the partner's word changes it: a throttled try, or a success
-    that says the budget is spent (SPEC 15)."""
+    that says the budget is spent (docs/throttling.md)."""
     if is_throttled(answer):
         detail = f"HTTP {answer.status} from {target.origin[0]}://{target.host_header}"
         error: dict[str, Any] = {"detail": detail, "status": answer.status,

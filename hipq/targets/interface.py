@@ -28,7 +28,7 @@ class Accepted:
 
     ``spent``: the partner said its budget is spent (``RateLimit-Remaining: 0``),
     until this time (seconds from now, or an aware ISO 8601 time): the scope pauses
-    until then (SPEC 15)."""
+    until then (docs/throttling.md)."""
 
     spent: float | str | None = None
 

@@ -6,9 +6,12 @@ as keyword arguments. For a job with a trace, the try's context is
 ``hipq try`` span is the current span: docs/traces.md). It may be ``async`` or
 plain (then it runs in a worker thread). Its return value is the job's result; returning
 ``hipq.targets.ACCEPTED`` says the outcome will be reported later. Raising
-:class:`~hipq.errors.LaunchError` (not retryable) fails the job at once; any other
-exception is a retryable ``response_failed`` try, its traceback kept on the try
-(``error.data.traceback``, the last ``TRACEBACK_CHARS`` characters).
+:class:`hipq.Throttled` is the partner's "not now": the try ends ``throttled``
+(given back, its scope paused, as a 429; its ``retry_after`` and ``usage`` in the
+try's error data). Raising :class:`~hipq.errors.LaunchError` (not retryable) fails
+the job at once; any other exception is a retryable ``response_failed`` try, its
+traceback kept on the try (``error.data.traceback``, the last ``TRACEBACK_CHARS``
+characters).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import Any
 
 from hipq.config import PythonTarget as PythonTargetConfig
 from hipq.errors import ConfigError, LaunchError
-from hipq.jobs import Job
+from hipq.jobs import ErrorKind, Job
 from hipq.plugins import load_object
 from hipq.targets.interface import Accepted, Completed, LaunchOutcome
+from hipq.throttled import Throttled
 
 TRACEBACK_CHARS = 4000  # what a try keeps of a traceback (frames and error line)
 _ERROR_LINE_CHARS = 1000
@@ -70,6 +74,8 @@ class PythonTarget:
                 value = await self._fn(snapshot, **self._options)
             else:
                 value = await self._in_thread(snapshot)
+        except Throttled as exc:  # the target calls the partner: its word is the partner's
+            return Completed(status="throttled", kind=ErrorKind.THROTTLED, error=exc.error())
         except LaunchError as exc:
             return Completed(status="failed", error={"kind": exc.kind, "detail": str(exc)},
                              retryable=exc.retryable, kind=exc.kind)

@@ -1,4 +1,4 @@
-"""Helpers for the tests of the intake's read side (SPEC 16: ``GET /v1/intake``,
+"""Helpers for the tests of the intake's read side (docs/from-your-database.md: ``GET /v1/intake``,
 ``/v1/stats``, the metrics, the dashboard): an API served without a reconcile loop,
 so rows put in the intake stay as the test leaves them (pending rows are not
 ingested), and producers that write rows as ``hipq.sql`` does."""

@@ -1,4 +1,4 @@
-"""Bad input never gets a 500: the right 4xx with the SPEC 8 error shape."""
+"""Bad input never gets a 500: the right 4xx with the error shape of docs/http-api.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC 6's response edge cases over HTTP, on SQLite and PostgreSQL. Time is a
+"""The response edge cases (docs/http-api.md) over HTTP, on SQLite and PostgreSQL. Time is a
 FakeClock: timeouts, retries and the unknown-key buffer move only when told to."""
 
 from __future__ import annotations

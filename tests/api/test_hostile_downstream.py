@@ -1,9 +1,9 @@
-"""A hostile or rude downstream (issue 13 finding 11; SPEC 6 "Retry-After", SPEC 8):
+"""A hostile or rude downstream (issue 13 finding 11; docs/security.md, "A hostile downstream"):
 the HTTP target reads at most 64 KiB of an answer, follows no redirect, and a 429
-or 503 with ``Retry-After`` is a throttled try (SPEC 15): given back, its attempt not
+or 503 with ``Retry-After`` is a throttled try (docs/throttling.md): given back, its attempt not
 spent, the next try at the partner's time (never sooner than the queue's
 ``backoff.initial_seconds``). A downstream that holds its answers delays only its
-own queue's launches (SPEC 6: nobody blocks another job's launch). Real sockets on
+own queue's launches (nobody blocks another job's launch). Real sockets on
 127.0.0.1, a live daemon, SQLite and PostgreSQL."""
 
 from __future__ import annotations

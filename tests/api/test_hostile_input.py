@@ -1,4 +1,4 @@
-"""Hostile input at the door (SPEC 8, "Hostile input"; issue 13 findings 3, 6, 7, 8
+"""Hostile input at the door (docs/security.md; issue 13 findings 3, 6, 7, 8
 and the Python-target part of 10), against a live daemon over real sockets, on
 SQLite and PostgreSQL. Each refused request must change nothing."""
 

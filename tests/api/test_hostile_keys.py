@@ -1,5 +1,5 @@
-"""Keys cannot be hijacked (SPEC 6; issue 13 findings 1 and 5), black box against a
-real ``hipq run`` over sockets, on SQLite and PostgreSQL.
+"""Keys cannot be hijacked (docs/security.md, "Poison values and keys"; issue 13 findings 1 and 5),
+black box against a real ``hipq run`` over sockets, on SQLite and PostgreSQL.
 
 Generated keys live in a namespace producers cannot set (``~token.attempt``), and
 a signed callback URL is bound to the job's token as well as its key and attempt.

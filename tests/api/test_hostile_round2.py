@@ -78,10 +78,10 @@ async def test_the_default_allowlist_is_plugins_and_contrib(live: LiveFactory) -
                                          "options": {"limit": 2}}},
                {"id": "c", "target": {"kind": "python",
                                       "function": "hipq.contrib.example_targets:greet"}},
-               {"id": "d", "throttler": {"plugin": "plugins.throttlers:SlowStart",
+               {"id": "d", "throttler": {"plugin": "plugins.example_throttlers:SlowStart",
                                          "options": {"step": 2}},
-                "retry": {"plugin": "plugins.retries:TransientOnly"},
-                "correlation": {"plugin": "plugins.correlations:invoice_key"}}]
+                "retry": {"plugin": "plugins.example_retries:TransientOnly"},
+                "correlation": {"plugin": "plugins.example_correlations:invoice_key"}}]
     for queue in allowed:
         status, body = await api.call("POST", "/v1/jobs", queue)
         assert status == 201, body

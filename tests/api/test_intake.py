@@ -1,4 +1,4 @@
-"""Enqueue from SQL (SPEC 16) against a live daemon: ``psql`` plays a producer
+"""Enqueue from SQL (docs/from-your-database.md) against a live daemon: ``psql`` plays a producer
 written in another language, calling ``hipq_enqueue()`` in its own transaction
 beside its own rows. PostgreSQL only (SQLite producers: tests/contract/test_sql_enqueue.py
 and the watcher test below)."""
@@ -177,7 +177,7 @@ def test_a_batch_and_a_row_alone_make_the_same_request() -> None:
     is bad: a re-ingest after a crash must find the same body (else a conflict)."""
     from datetime import UTC, datetime
 
-    from hipq.intake import request_of, requests_of
+    from hipq.intake_rows import request_of, requests_of
     from hipq.store.records import IntakeRow
 
     now = datetime(2026, 1, 5, 12, tzinfo=UTC)

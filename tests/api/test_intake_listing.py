@@ -1,4 +1,4 @@
-"""The intake's read side (SPEC 16), on SQLite and PostgreSQL: ``GET
+"""The intake's read side (docs/from-your-database.md), on SQLite and PostgreSQL: ``GET
 /v1/intake?status=rejected`` (newest first, paged by cursor without gaps or repeats,
 filtered by queue, values cut, bad parameters 422 and bad cursors 400, readers may
 list, nobody without a token), the intake in ``/v1/stats`` and the queue JSON, the

@@ -1,4 +1,4 @@
-"""Late responses and long histories stay bounded (SPEC 8, "Hostile input": at most
+"""Late responses and long histories stay bounded (docs/security.md, "Expensive reads": at most
 10 late responses recorded per try; a job's JSON carries its last 50 history
 entries and their total count), against a live daemon over real sockets, on SQLite
 and PostgreSQL. Time is a FakeClock: timeouts and retries move only when told to."""

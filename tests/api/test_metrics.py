@@ -1,5 +1,5 @@
-"""/metrics through prometheus_client's parser: the SPEC 10 families exist with HELP
-lines and move as jobs succeed, fail, retry, time out and expire."""
+"""/metrics through prometheus_client's parser: the families of docs/operations.md ("Metrics") exist
+with HELP lines and move as jobs succeed, fail, retry, time out and expire."""
 
 from __future__ import annotations
 

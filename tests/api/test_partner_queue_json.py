@@ -1,4 +1,4 @@
-"""The partner's word on the queue JSON and in /metrics (SPEC 15): the pauses in
+"""The partner's word on the queue JSON and in /metrics (docs/throttling.md): the pauses in
 force (soonest end first), the concurrency in force, the held jobs of the last tick
 and the throttled tries, as the owner stored them; a resume ends the pauses and its
 answer shows none. The queues here have no target, so their owner never writes over
@@ -56,7 +56,8 @@ async def _partner_said(lv: Live, now: datetime) -> None:
         QueueState(queue="tenants", effective=10.7, held={"concurrency": 42, "window": 3,
                                                           WEIRD: 1},
                    held_at=now, throttled_total=7),
-        QueueState(queue="whole", held={"backoff": 4}, held_at=now, throttled_total=1)])
+        QueueState(queue="whole", held={"backoff": 4, "partner": 6}, held_at=now,
+                   throttled_total=1, learned_rate=40.0, learned_since=now)])
 
 
 async def _queue(api: Api, queue: str) -> dict[str, Any]:
@@ -86,10 +87,12 @@ async def test_queue_json_shows_the_partner_word(live: LiveFactory) -> None:
     assert whole["backoff"] == [{"group": None, "until": whole["backoff"][0]["until"],
                                  "reason": REASON}]
     assert whole["effective_concurrency"] == 5  # not adaptive: the configured one
-    assert whole["held"] == {"backoff": 4}
+    assert whole["held"] == {"backoff": 4, "partner": 6}
+    assert whole["learned_rate"] == 28.0  # refused at 40 a second, just now: 0.7 x 40
+    assert tenants["learned_rate"] is None  # nothing learned: no limit of its own
     plain = await _queue(api, "plain")
     assert (plain["backoff"], plain["effective_concurrency"], plain["held"],
-            plain["throttled_total"]) == ([], None, {}, 0)
+            plain["throttled_total"], plain["learned_rate"]) == ([], None, {}, 0, None)
 
     status, listed = await api.call("GET", "/v1/jobs")
     assert status == 200, listed
@@ -97,9 +100,9 @@ async def test_queue_json_shows_the_partner_word(live: LiveFactory) -> None:
     for queue in (tenants, whole, plain):
         shown = by_id[queue["id"]]
         assert {k: shown[k] for k in ("backoff", "effective_concurrency", "held",
-                                      "throttled_total")} == {
+                                      "throttled_total", "learned_rate")} == {
             k: queue[k] for k in ("backoff", "effective_concurrency", "held",
-                                  "throttled_total")}
+                                  "throttled_total", "learned_rate")}
 
     clock.advance(15)  # eu's pause has passed: filtered at answer time
     assert [b["group"] for b in (await _queue(api, "tenants"))["backoff"]] == ["us"]
@@ -134,6 +137,9 @@ async def test_metrics_show_the_partner_word(live: LiveFactory) -> None:
     assert value("hipq_queue_held_jobs", queue="tenants", reason="window") == 3
     assert value("hipq_queue_held_jobs", queue="tenants", reason="quota") == 0
     assert value("hipq_queue_held_jobs", queue="whole", reason="backoff") == 4
+    assert value("hipq_queue_held_jobs", queue="whole", reason="partner") == 6
+    assert value("hipq_queue_learned_rate", queue="whole") == 28.0
+    assert value("hipq_queue_learned_rate", queue="plain") is None
     assert value("hipq_queue_held_jobs", queue="tenants", reason=WEIRD) == 1
     assert 'reason="plugin \\"says\\"\\\\ no\\nway"' in text  # escaped as Prometheus says
     families = {f.name: f.type for f in text_string_to_metric_families(text)}

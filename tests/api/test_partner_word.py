@@ -1,4 +1,4 @@
-"""The partner's word with a real partner (SPEC 15): the fake partner of
+"""The partner's word with a real partner (docs/throttling.md): the fake partner of
 ``hipq.downstream.partner`` in its own process, live daemons on real sockets,
 SQLite and PostgreSQL. What the partner received (its own log) is the proof."""
 

@@ -1,8 +1,8 @@
-"""Traces (SPEC 17, docs/traces.md) through a live daemon on SQLite and PostgreSQL: the
+"""Traces (docs/traces.md) through a live daemon on SQLite and PostgreSQL: the
 enqueue request's W3C context travels with the job, a new span id per try on the HTTP
 target's ``traceparent`` (a real downstream on 127.0.0.1 records it), ``trace_id`` on
 the job JSON (live and archived) and on the failure logs; batches, bad contexts, the
-intake (SPEC 16) and the OpenTelemetry spans (the SDK's in-memory exporter)."""
+intake (docs/from-your-database.md) and the OpenTelemetry spans (the SDK's in-memory exporter)."""
 
 from __future__ import annotations
 

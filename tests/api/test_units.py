@@ -86,7 +86,7 @@ TARGET = Endpoint.parse("http://partner.example:8080/v1/x")
     (_answer(429, RateLimit="limit=10, remaining=0, reset=7"), 7.0),
 ])
 def test_a_throttled_answer_carries_the_partners_time(answer: Answer, after: object) -> None:
-    """SPEC 15: 429, or 503 with Retry-After, is throttled, with the partner's time."""
+    """docs/throttling.md: 429, or 503 with Retry-After, is throttled, with the partner's time."""
     outcome = partner_outcome(Completed(status="failed"), answer, TARGET)
     assert isinstance(outcome, Completed)
     assert (outcome.status, outcome.kind) == ("throttled", "throttled")

@@ -1,4 +1,4 @@
-"""Why a job waits (SPEC 15): ``GET /v1/jobs/{queue}/{id}`` of a queued job carries
+"""Why a job waits (docs/throttling.md): ``GET /v1/jobs/{queue}/{id}`` of a queued job carries
 ``"waiting": {"reason", "detail", "until"}`` computed from the database; one test per
 reason, in the order they are checked, on SQLite and PostgreSQL.
 

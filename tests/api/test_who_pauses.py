@@ -67,6 +67,9 @@ async def raw_partner() -> AsyncIterator[RawPartner]:
     await server.wait_closed()
 
 
+NO_LEARNING = {"learn": False}  # a refusal with no time pauses for the doubling's time
+
+
 def _sync_queue(url: str, **extra: Any) -> dict[str, Any]:
     return {"id": "q", "attempts": 3,
             "target": {"kind": "http", "url": url + "/{queue}/{id}", "mode": "sync",
@@ -193,8 +196,8 @@ async def test_a_retry_after_of_999999999_pauses_at_most_max_partner_seconds(
     b"0x10", b"4.5", "Wed, \u0662\u0661 Oct 2015 07:28:00 GMT".encode()])
 async def test_a_junk_retry_after_spends_no_attempt_and_the_doubling_applies(
         live: LiveFactory, raw_partner: RawPartner, value: bytes) -> None:
-    raw_partner.lines = b"Retry-After: " + value + b"\r\n"
-    lv, clock = await _throttled_once(live, _sync_queue(raw_partner.url))
+    raw_partner.lines = b"Retry-After: " + value + b"\r\n"  # the doubling, to see no time
+    lv, clock = await _throttled_once(live, _sync_queue(raw_partner.url, backoff=NO_LEARNING))
     job = await lv.api.job("q", "j")
     assert job["attempt"] == 0
     assert job["history"][0]["outcome"] == "throttled"  # not a transport failure
@@ -208,7 +211,7 @@ async def test_a_junk_retry_after_spends_no_attempt_and_the_doubling_applies(
 async def test_a_junk_reset_on_a_429_is_no_time(live: LiveFactory, raw_partner: RawPartner,
                                                 header: bytes, value: bytes) -> None:
     raw_partner.lines = header + b": " + value + b"\r\n"
-    lv, clock = await _throttled_once(live, _sync_queue(raw_partner.url))
+    lv, clock = await _throttled_once(live, _sync_queue(raw_partner.url, backoff=NO_LEARNING))
     assert (await lv.api.job("q", "j"))["attempt"] == 0
     pause = await _pause(lv.api)
     assert _until(pause) == clock.now() + timedelta(seconds=1)

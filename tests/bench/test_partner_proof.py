@@ -1,6 +1,6 @@
-"""SPEC 15's proof, small (``bench/partner_proof.py``): a fake partner of 10 concurrent
-requests answered in 0.1 s (100/s), refusing beyond with a bare 429, behind a queue
-configured far above it (``concurrency: 60``, no rate limit) with the settings the
+"""The partner's word's proof (docs/throttling.md), small (``bench/partner_proof.py``): a fake
+partner of 10 concurrent requests answered in 0.1 s (100/s), refusing beyond with a bare 429, behind
+a queue configured far above it (``concurrency: 60``, no rate limit) with the settings the
 proof chose (``adaptive: {decrease: 0.75}``, ``backoff: {initial_seconds: 0.1}``),
 through real ``hipq run`` processes: on SQLite, on PostgreSQL, and on PostgreSQL with
 three daemons, the queue's owner killed with SIGKILL a third of the way.

@@ -1,4 +1,5 @@
-"""A tick's cost must not grow with the backlog (SPEC 3): structural checks on PostgreSQL.
+"""A tick's cost must not grow with the backlog (docs/internals.md): structural checks on
+PostgreSQL.
 
 Not a timing test (``bench/tick_scaling.py`` measures that). With 20,000 queued
 rows loaded and ``ANALYZE``d, the statements the reconcile loop sends to select

@@ -1,6 +1,6 @@
-"""The intake on the dashboard's queues page in a real headless browser (SPEC 16):
-a queue with jobs enqueued from SQL and not ingested yet shows them beside its
-queued count, a queue without shows nothing, and a line counts the intake's pending
+"""The intake on the dashboard's queues page in a real headless browser
+(docs/from-your-database.md): a queue with jobs enqueued from SQL and not ingested yet shows them
+beside its queued count, a queue without shows nothing, and a line counts the intake's pending
 and rejected rows in all. The API runs alone (no daemon), so the rows stay pending.
 No console error may appear (see conftest)."""
 

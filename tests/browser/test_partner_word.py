@@ -1,5 +1,5 @@
-"""The partner's word on a queue's dashboard page, in a real headless browser (SPEC
-15): the partner's pause in words with its end in UTC and its reason, group pauses
+"""The partner's word on a queue's dashboard page, in a real headless browser
+(docs/throttling.md): the partner's pause in words with its end in UTC and its reason, group pauses
 naming their group, the adaptive limit next to the configured concurrency, and the
 held jobs of the last tick by reason; the admin's button ends the pauses. No
 console error may appear (see conftest). The queues have no target, so their owner

@@ -1,4 +1,4 @@
-"""Ingesting the intake (SPEC 16; hipq/intake.py), on each database.
+"""Ingesting the intake (docs/from-your-database.md, "At ingest"; hipq/intake.py), on each database.
 
 A burst of rows is ingested across ticks without a read between them: a call that
 ends on a full batch reads the next one ahead and the next call starts on it. Every
@@ -134,7 +134,7 @@ def test_a_batch_with_an_unstorable_row_is_judged_row_by_row(data: str) -> None:
     one refused, the others taken."""
     from datetime import UTC, datetime
 
-    from hipq.intake import requests_of
+    from hipq.intake_rows import requests_of
     from hipq.store.records import IntakeRow
 
     now = datetime(2026, 1, 5, 12, tzinfo=UTC)
@@ -155,7 +155,7 @@ def test_fields_of_the_wrong_json_type_are_refused_as_the_api_refuses_them(
         fields: str, where: str) -> None:
     from datetime import UTC, datetime
 
-    from hipq.intake import requests_of
+    from hipq.intake_rows import requests_of
     from hipq.store.records import IntakeRow
 
     now = datetime(2026, 1, 5, 12, tzinfo=UTC)

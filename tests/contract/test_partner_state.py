@@ -6,7 +6,9 @@ of rate limits moved by an adoption or a handover (hipq.engine.rates)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+from hipq.jobs import Ordering
 from hipq.store import Store
 from hipq.store.records import Backoff, QueueState
 from hipq.testing import FakeClock
@@ -42,10 +44,66 @@ async def test_a_queues_pauses_are_replaced_whole_and_cleared(store: Store,
     assert await store.backoff_list() == []
 
 
+def _given_back(partner: bool = True, **extra: Any) -> dict[str, Any]:
+    """A queued job's error as a throttled try given back leaves it (hipq.engine.decide)."""
+    return {"kind": "throttled", "detail": "HTTP 429", "in_a_row": 1,
+            "data": {"status": 429, "retry_after": 120.0, "from_partner": partner}, **extra}
+
+
+async def test_a_resume_makes_the_jobs_the_partner_held_back_due_now(
+        store: Store, clock: FakeClock) -> None:
+    """``backoff_clear`` with ``now``: the pauses end and the queue's queued jobs given
+    back by the partner's "not now" are due at ``now``; every other job keeps its
+    ``run_at`` (a producer's run_after, a retry's back-off, a producer's throttled
+    status, a try past ``max_throttled`` retried by the strategy, another queue)."""
+    now = clock.now()
+    later = now + timedelta(seconds=120)
+    failed_throttled = {"kind": "throttled", "detail": "HTTP 429",
+                        "data": {"from_partner": True, "retry_after": later.isoformat()}}
+    await insert(store,
+                 make_job(clock, "held", run_at=later, error=_given_back()),
+                 make_job(clock, "held-long", run_at=now + timedelta(days=1),
+                          error=_given_back(in_a_row=7)),
+                 make_job(clock, "run-after", run_at=later),
+                 make_job(clock, "retrying", run_at=later, attempt=1,
+                          error={"kind": "http_status", "detail": "HTTP 500"}),
+                 make_job(clock, "producer", run_at=later, error=_given_back(partner=False)),
+                 make_job(clock, "past-max", run_at=later, attempt=1, error=failed_throttled),
+                 make_job(clock, "due-already", run_at=now - timedelta(seconds=5),
+                          error=_given_back()),
+                 make_job(clock, "elsewhere", queue="other", run_at=later, error=_given_back()))
+    await store.backoff_replace(queue=Q, backoffs=[_pause(clock, None)])
+
+    clock.advance(10)
+    assert await store.backoff_clear(queue=Q, now=clock.now()) == 1
+    assert await store.backoff_list(queues=[Q]) == []
+    run_at = {j: (await store.job_get(Q, j)).run_at  # type: ignore[union-attr]
+              for j in ("held", "held-long", "run-after", "retrying", "producer", "past-max",
+                        "due-already")}
+    assert run_at == {"held": clock.now(), "held-long": clock.now(), "run-after": later,
+                      "retrying": later, "producer": later, "past-max": later,
+                      "due-already": now - timedelta(seconds=5)}
+    moved = await store.job_get(Q, "held")
+    assert moved is not None
+    assert (moved.status, moved.attempt, moved.error) == ("queued", 0, _given_back())
+    assert moved.updated_at == clock.now()
+    assert (await store.job_get("other", "elsewhere")).run_at == later  # type: ignore[union-attr]
+    due = await store.job_fetch_due(queue=Q, now=clock.now(), limit=10,
+                                    ordering=Ordering.TIME_THEN_PRIORITY)
+    assert {j.id for j in due} == {"held", "held-long", "due-already"}
+
+    # without ``now`` (the pauses alone), nothing is moved
+    await insert(store, make_job(clock, "again", run_at=clock.now() + timedelta(seconds=60),
+                                 error=_given_back()))
+    assert await store.backoff_clear(queue=Q) == 0
+    assert (await store.job_get(Q, "again")).run_at > clock.now()  # type: ignore[union-attr]
+
+
 async def test_what_an_owner_learned_is_saved_whole(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
     learned = QueueState(queue=Q, effective=2.5, successes=3, decreased_at=t0,
-                         held={"capacity": 2, "window": 1}, held_at=t0, throttled_total=7)
+                         held={"capacity": 2, "window": 1}, held_at=t0, throttled_total=7,
+                         learned_rate=81.5, learned_since=t0)
     await store.queue_state_save([learned, QueueState(queue="other", throttled_total=1)])
     assert await store.queue_state_list(queues=[Q]) == {Q: learned}
     assert set(await store.queue_state_list()) == {Q, "other"}

@@ -182,6 +182,8 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "CREATE INDEX ix_response_inbox_applied ON response_inbox (applied_at)",
     "DROP INDEX ix_archived_jobs_folded_key",  # version 13
     "ALTER TABLE archived_jobs DROP COLUMN history_source",
+    "ALTER TABLE queue_state DROP COLUMN learned_rate",  # version 16
+    "ALTER TABLE queue_state DROP COLUMN learned_since",
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 

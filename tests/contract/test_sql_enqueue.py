@@ -1,5 +1,5 @@
-"""``hipq.sql``: enqueue in the producer's own transaction (SPEC 16), through every
-connection kind on PostgreSQL and the SQLAlchemy kinds on SQLite. Rows are read
+"""``hipq.sql``: enqueue in the producer's own transaction (docs/from-your-database.md), through
+every connection kind on PostgreSQL and the SQLAlchemy kinds on SQLite. Rows are read
 back through ``hipq.store.schema.job_intake`` on a connection of its own, so what
 a test sees is what another session sees after the producer's commit."""
 

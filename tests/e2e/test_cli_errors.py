@@ -110,7 +110,7 @@ def test_check_config_ok(tmp_path: Path) -> None:
 
 
 def test_run_refuses_a_non_loopback_host_without_tokens(tmp_path: Path) -> None:
-    """SPEC 8: no tokens, not loopback, no ``api.allow_insecure``: ``hipq run`` stops."""
+    """docs/security.md: no tokens, not loopback, no ``api.allow_insecure``: ``hipq run`` stops."""
     config = SQLITE.format(db=tmp_path / "h.db") + "api:\n  host: 0.0.0.0\n  port: 0\n"
     result = hipq(tmp_path, "run", config=config)
     assert_clean_error(result, "api.host '0.0.0.0'", "api.allow_insecure")

@@ -1,4 +1,4 @@
-"""Crash tests of the intake (SPEC 16: enqueue from SQL) against real ``hipq run``
+"""Crash tests of the intake (docs/from-your-database.md) against real ``hipq run``
 processes.
 
 PostgreSQL: two daemons share one database and one queue whose Python target

@@ -1,4 +1,4 @@
-"""A response is acknowledged (202) only once its inbox row is committed (SPEC 6).
+"""A response is acknowledged (202) only once its inbox row is committed (docs/http-api.md).
 
 A real ``hipq run`` on PostgreSQL is SIGKILLed while the commit of a response's
 inbox row is held open by the database (a deferred trigger the test installs sleeps

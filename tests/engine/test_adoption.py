@@ -1,4 +1,5 @@
-"""Adoption of running jobs after their owner died (SPEC 7, 9)."""
+"""Adoption of running jobs after their owner died (docs/scaling.md, "How the queues are
+shared")."""
 
 from __future__ import annotations
 

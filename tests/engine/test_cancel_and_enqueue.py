@@ -1,4 +1,4 @@
-"""Cancellation (SPEC 8, DELETE) and idempotent enqueue (SPEC 7)."""
+"""Cancellation (``DELETE``) and idempotent enqueue (docs/http-api.md)."""
 
 from __future__ import annotations
 

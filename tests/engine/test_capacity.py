@@ -1,4 +1,4 @@
-"""Capacity is never exceeded, with mixed weights and critical jobs (SPEC 4), and
+"""Capacity is never exceeded, with mixed weights and critical jobs (docs/throttling.md), and
 nothing is launched twice or lost, whatever responses and clock moves happen."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Timeouts, heartbeats and expiry (SPEC 3 step 0, 6, 8)."""
+"""Timeouts, heartbeats and expiry (docs/internals.md, "The tick: a plan", step 0)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fair spread and clean handovers between reconcilers sharing one store (SPEC 9),
+"""Fair spread and clean handovers between reconcilers sharing one store (docs/scaling.md),
 on both databases, with the clock moved by the test."""
 
 from __future__ import annotations

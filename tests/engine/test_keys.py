@@ -1,5 +1,5 @@
-"""Keys cannot be hijacked (SPEC 6): generated keys live in a namespace producers
-cannot set; a key collision fails only the job whose try it blocks; a response
+"""Keys cannot be hijacked (docs/security.md, "Poison values and keys"): generated keys live in a
+namespace producers cannot set; a key collision fails only the job whose try it blocks; a response
 bound to one job's try (a signed callback) applies to no other job."""
 
 from __future__ import annotations

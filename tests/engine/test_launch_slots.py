@@ -2,7 +2,7 @@
 whose sends hang holds its own slots only. They were shared by every target, so a
 Python function that never returned (or a downstream answering at its timeout) took
 the slots one try after another, and no queue of the daemon launched again: its
-jobs were claimed, never sent, and timed out (SPEC 6: nobody blocks another job's
+jobs were claimed, never sent, and timed out (nobody blocks another job's
 launch)."""
 
 from __future__ import annotations

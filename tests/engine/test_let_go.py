@@ -1,5 +1,5 @@
-"""A try that waits lets its job go (the batch keeps what a tick reads; SPEC 3):
-whatever needs the rest reads it back from the database, so nothing a user sees
+"""A try that waits lets its job go (the batch keeps what a tick reads; docs/internals.md, "The
+batch"): whatever needs the rest reads it back from the database, so nothing a user sees
 changes. Each case makes the try wait through a tick first."""
 
 from __future__ import annotations

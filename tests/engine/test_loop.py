@@ -1,4 +1,4 @@
-"""The tick's five steps, in order, and the defensive copy (SPEC 3)."""
+"""The tick's five steps, in order, and the defensive copy (docs/internals.md)."""
 
 from __future__ import annotations
 

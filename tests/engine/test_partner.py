@@ -1,4 +1,4 @@
-"""The partner's word (SPEC 15), in the engine, on each database, with the clock
+"""The partner's word (docs/throttling.md), in the engine, on each database, with the clock
 moved by hand: throttled tries given back, pauses per scope, budgets spent,
 adaptive concurrency, held counts."""
 
@@ -72,7 +72,7 @@ async def test_without_a_time_the_back_off_doubles_per_round_up_to_the_max(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget, clock: FakeClock,
         store: Store) -> None:
     await hipq.create_queue(queue(attempts=1, backoff={"initial_seconds": 1,
-                                                       "max_seconds": 5}))
+                                                       "max_seconds": 5, "learn": False}))
     for i in range(3):
         await enqueue(hipq, f"j{i}")
     target.behaviour = throttle()
@@ -189,7 +189,9 @@ async def test_resume_ends_a_partners_pause(
     clock.advance(1)
     await hipq.set_paused("q", False)
     assert await pauses(store) == {}
-    assert (await tick(reconciler)).launched == 1  # b; a waits for its own run_at
+    assert (await job(hipq, "a")).run_at == clock.now()  # the partner's 600 s are over
+    target.behaviour = None
+    assert (await tick(reconciler)).launched == 2  # b, and a: a resume makes it due
 
 
 async def test_a_pause_survives_a_handover(
@@ -217,7 +219,8 @@ async def test_a_pause_survives_a_handover(
 async def test_adaptive_concurrency_decreases_once_a_round_and_grows_back(
         hipq: Hipq, reconciler: Reconciler, target: MemoryTarget, clock: FakeClock,
         store: Store) -> None:
-    await hipq.create_queue(queue(concurrency=8, attempts=5, backoff={"initial_seconds": 1},
+    await hipq.create_queue(queue(concurrency=8, attempts=5,
+                                  backoff={"initial_seconds": 1, "learn": False},
                                   adaptive={"min": 1, "increase_every": 2,
                                             "decrease": 0.5}))
     for i in range(40):

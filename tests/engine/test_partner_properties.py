@@ -1,4 +1,4 @@
-"""Properties of the partner's word (SPEC 15), over drawn runs.
+"""Properties of the partner's word (docs/throttling.md), over drawn runs.
 
 1. :class:`~hipq.engine.partner.PartnerWord` alone, over any sequence of throttled,
    succeeded and timed-out tries: the effective limit stays within
@@ -42,16 +42,16 @@ events = st.lists(st.tuples(st.sampled_from(["throttled", "succeeded", "timeout"
 
 @given(concurrency=st.integers(1, 80), low=st.integers(1, 80),
        every=st.integers(1, 30), decrease=st.floats(0.05, 0.95),
-       initial=st.floats(0.05, 10), run=events)
+       initial=st.floats(0.05, 10), learn=st.booleans(), run=events)
 @settings(max_examples=200, deadline=None)
 def test_the_partner_word_stays_in_bounds(concurrency: int, low: int, every: int,
-                                          decrease: float, initial: float,
+                                          decrease: float, initial: float, learn: bool,
                                           run: list[tuple[str, float, Any, float]]) -> None:
     config = QueueConfig(id="q", concurrency=concurrency,
                          adaptive={"min": min(low, concurrency), "increase_every": every,
                                    "decrease": decrease},
                          backoff={"initial_seconds": initial,
-                                  "max_seconds": max(initial, 60)})
+                                  "max_seconds": max(initial, 60), "learn": learn})
     spec = config.to_spec()
     word = PartnerWord()  # its store work is plans: none runs here
     now = START
@@ -60,6 +60,12 @@ def test_the_partner_word_stays_in_bounds(concurrency: int, low: int, every: int
         launched = now - timedelta(seconds=launched_ago)
         if kind == "throttled":
             until = word.throttled(spec, None, launched, partner_time, "HTTP 429", now)
+            if learn and partner_time is None:  # no time given: the rate is learned
+                assert until == now
+                rate = word.learned_rate("q", now)
+                assert rate is not None
+                assert rate > 0
+                continue
             assert until >= now + timedelta(seconds=initial) - timedelta(microseconds=1)
             assert until <= now + timedelta(days=1, seconds=initial)
             assert word.queue_pause("q", now) is not None

@@ -1,6 +1,6 @@
-"""What a plugin or a Python target hands back that no store can hold (SPEC 4: an
-error in a plugin is caught, logged and counted). Before, such an answer reached
-step 3's one transaction or a throttler's writes, which then failed at every tick:
+"""What a plugin or a Python target hands back that no store can hold (an
+error in a plugin is caught, logged and counted: docs/configuration.md, "Plugins"). Before, such an
+answer reached step 3's one transaction or a throttler's writes, which then failed at every tick:
 every job of the daemon, in every queue, stayed where it was. Now the answer is
 the plugin's error alone, and the other jobs end."""
 

@@ -1,4 +1,4 @@
-"""Responses: early, duplicate, stale, late and unknown ones (SPEC 6)."""
+"""Responses: early, duplicate, stale, late and unknown ones (docs/http-api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retry strategies and the rules every strategy runs under (SPEC 5, 7)."""
+"""Retry strategies and the rules every strategy runs under (docs/configuration.md, "Plugins")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Queue order, critical jobs, and throttler plugins (SPEC 4, 12)."""
+"""Queue order, critical jobs, and throttler plugins (docs/throttling.md; docs/configuration.md,
+"Plugins")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A tick costs O(what changed) (SPEC 3): with thousands of tries running and
+"""A tick costs O(what changed) (docs/internals.md): with thousands of tries running and
 nothing arriving, an idle tick sends the store nothing whose size grows with the
 running set; a response is found without listing the running keys."""
 

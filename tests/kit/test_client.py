@@ -17,7 +17,7 @@ import httpx
 import pytest
 from aiohttp import ClientSession, web
 
-from hipq.client import AsyncClient, Client, HipqError, RetryPolicy
+from hipq.client import ApiStatusError, AsyncClient, Client, RetryPolicy
 from tests.api.conftest import ADMIN
 from tests.kit.conftest import ROOT, HipqRun
 
@@ -33,14 +33,14 @@ def _sync_tour(url: str) -> None:
         assert (first.status, first.job.id, first.job.priority) == ("created", "m1", 5)
         again = hipq.enqueue("mail", "m1", {"to": "a@example.com"}, priority=5)
         assert (again.status, again.job.created_at) == ("exists", first.job.created_at)
-        with pytest.raises(HipqError) as conflict:
+        with pytest.raises(ApiStatusError) as conflict:
             hipq.enqueue("mail", "m1", {"to": "b@example.com"})
         assert (conflict.value.status, conflict.value.code) == (409, "conflict")
-        with pytest.raises(HipqError) as missing:
+        with pytest.raises(ApiStatusError) as missing:
             hipq.get_job("mail", "nope")
         assert (missing.value.status, missing.value.code) == (404, "job_not_found")
         assert "nope" in missing.value.message
-        with pytest.raises(HipqError) as no_queue:
+        with pytest.raises(ApiStatusError) as no_queue:
             hipq.enqueue("nowhere", "x")
         assert no_queue.value.status == 404
 
@@ -84,7 +84,7 @@ async def test_async_client_every_method(hipq_run: HipqRun) -> None:
         assert (await hipq.create_queue("mail", paused=True)).paused is True
         assert (await hipq.enqueue("mail", "m1", {"k": 1})).status == "created"
         assert (await hipq.enqueue("mail", "m1", {"k": 1})).status == "exists"
-        with pytest.raises(HipqError) as conflict:
+        with pytest.raises(ApiStatusError) as conflict:
             await hipq.enqueue("mail", "m1", {"k": 2})
         assert conflict.value.status == 409
         jobs = ({"id": f"b{n:05d}", "data": {"n": n}} for n in range(12_000))
@@ -103,7 +103,7 @@ async def test_async_client_every_method(hipq_run: HipqRun) -> None:
         assert (await hipq.get_queue("mail")).stats is not None
         assert (await hipq.stats()).queues[0].queue == "mail"
         assert await hipq.schedules() == []
-        with pytest.raises(HipqError) as unauthorized:
+        with pytest.raises(ApiStatusError) as unauthorized:
             async with AsyncClient(url) as anonymous:
                 await anonymous.stats()
         assert unauthorized.value.status == 401
@@ -140,8 +140,8 @@ def _job(job_id: str, status: str) -> dict[str, Any]:
 
 
 async def test_list_jobs_follows_the_live_jobs_cursor(serve: Serve) -> None:
-    """``GET /v1/queued-jobs`` (SPEC 8) pages, served here by a stand-in with the
-    SPEC's page shape: the client follows ``next_cursor`` to the end."""
+    """``GET /v1/queued-jobs`` (docs/http-api.md) pages, served here by a stand-in with the
+    documented page shape: the client follows ``next_cursor`` to the end."""
     seen: list[dict[str, str]] = []
     pages: dict[str | None, dict[str, Any]] = {
         None: {"jobs": [_job("a", "running"), _job("b", "running")], "next_cursor": "c1"},
@@ -207,7 +207,7 @@ async def test_retries_503_then_succeeds_then_gives_up(hipq_run: HipqRun, serve:
     always = await serve(_flaky_proxy(url, 10**6, []))
     clock = RecordingClock()
     async with AsyncClient(always, token=ADMIN, clock=clock) as hipq:
-        with pytest.raises(HipqError) as gave_up:
+        with pytest.raises(ApiStatusError) as gave_up:
             await hipq.enqueue("q", "j1")
     assert (gave_up.value.status, gave_up.value.code) == (503, "store_unavailable")
     assert clock.waits == [0.5, 1.0, 2.0]  # four tries, 3.5 s of back-off in all
@@ -218,7 +218,7 @@ async def test_retries_503_then_succeeds_then_gives_up(hipq_run: HipqRun, serve:
         with Client(always, token=ADMIN, sleep=sync_waits.append) as hipq:
             try:
                 hipq.stats()
-            except HipqError as exc:
+            except ApiStatusError as exc:
                 return exc.code
         return "no error"
 
@@ -289,8 +289,12 @@ def test_kit_public_surface() -> None:
     import hipq.downstream
 
     assert sorted(hipq.client.__all__) == sorted([
-        "AsyncClient", "BatchResult", "Client", "EnqueueResult", "HipqError", "JobOut",
-        "QueueOut", "RetryPolicy", "ScheduleOut", "StatsOut"])
+        "ApiStatusError", "AsyncClient", "BatchResult", "Client", "EnqueueResult", "HipqError",
+        "JobOut", "QueueOut", "RetryPolicy", "ScheduleOut", "StatsOut"])
     assert sorted(hipq.downstream.__all__) == sorted([
         "Fail", "Handler", "KafkaResponder", "Launch", "callback_app"])
-    assert issubclass(hipq.client.HipqError, hipq.HipqError)
+    # one name per class: the client's error is an ApiStatusError, and
+    # hipq.client.HipqError is the root of hipq's errors itself, so
+    # ``except hipq.client.HipqError`` catches it
+    assert hipq.client.HipqError is hipq.HipqError
+    assert issubclass(hipq.client.ApiStatusError, hipq.HipqError)

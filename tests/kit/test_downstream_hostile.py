@@ -1,4 +1,5 @@
-"""hipq.downstream against hostile input (SPEC 13: the helpers are safe to expose).
+"""hipq.downstream against hostile input (docs/security.md, "The integration kit": the helpers are
+safe to expose).
 
 callback_app: a launch whose callback URL is off the hipq origins it was given gets
 403 and nothing is posted there (other hosts and ports, a longer port, userinfo,

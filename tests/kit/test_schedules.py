@@ -1,5 +1,5 @@
-"""Recurring schedules (SPEC 14) on SQLite and PostgreSQL, with daemons under a
-FakeClock: one job per fire time across a restart and across two daemons,
+"""Recurring schedules (docs/configuration.md, ``schedules``) on SQLite and PostgreSQL, with daemons
+under a FakeClock: one job per fire time across a restart and across two daemons,
 ``catch_up`` after downtime (last 24 h, oldest first), ``GET /v1/schedules``, and
 the config errors of ``check-config`` and ``run``."""
 

@@ -1,5 +1,5 @@
 """A queue's rate limit and its quotas hold across real daemons sharing one
-PostgreSQL, handovers included (SPEC 9), as the downstream sees them: ``hipq run``
+PostgreSQL, handovers included (docs/scaling.md), as the downstream sees them: ``hipq run``
 processes, an HTTP callback downstream in the test process that records when each
 launch arrives and what it carries, and SIGTERMs or joining daemons that move the
 queue's lease while jobs flow.
@@ -199,7 +199,7 @@ async def test_rate_limit_holds_across_handovers(
 
 async def test_rate_limit_as_seen_by_the_downstream(
         make_cluster: MakeCluster, recorder: RecordingDownstream) -> None:
-    """SPEC 9: the rate limit holds "as seen by the downstream". Ten jobs, 5 launches
+    """docs/scaling.md: the rate limit holds "as seen by the downstream". Ten jobs, 5 launches
     per 2 s, a target that sends one request at a time, and a downstream that takes
     1.5 s to accept the first job. The first window's other four launches
     reach it at about 1.5 s, and the second window's five at about 2 s."""

@@ -1,4 +1,4 @@
-"""Aging (SPEC 4): with ``aging_seconds`` a low-priority job eventually beats newer
+"""Aging (docs/throttling.md): with ``aging_seconds`` a low-priority job eventually beats newer
 high-priority ones. Critical jobs: their own ``critical_concurrency``, never blocked
 by the quotas or rate limits of normal jobs."""
 

@@ -1,5 +1,5 @@
-"""Merging (SPEC 4, lowkiq): ``merge_by_ordering_key`` merges an enqueue into the
-still-queued job of its key; payloads accumulate in order; idempotent per job id;
+"""Merging (docs/throttling.md; as lowkiq does): ``merge_by_ordering_key`` merges an enqueue into
+the still-queued job of its key; payloads accumulate in order; idempotent per job id;
 a running job is never merged into."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ordering keys (SPEC 4, lowkiq): at most one running job per key, launched in
+"""Ordering keys (docs/throttling.md; as lowkiq does): at most one running job per key, launched in
 enqueue-time run_at order; a failed try being retried holds the later jobs of its
 key back (strict) unless the queue says ``ordering_key_mode: relaxed_on_retry``."""
 

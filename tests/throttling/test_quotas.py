@@ -1,4 +1,4 @@
-"""Quotas (SPEC 4): each group holds at most floor(share x concurrency) weight units;
+"""Quotas (docs/throttling.md): each group holds at most floor(share x concurrency) weight units;
 missing or unlisted values fall into the default group; nested field paths;
 ``lend_unused`` lends idle capacity and takes it back as jobs finish."""
 
@@ -19,7 +19,7 @@ def _region(job: Job) -> str | None:
 
 
 async def test_40_30_30_with_1000_uneven_jobs(h: Harness) -> None:
-    """SPEC 4's example: capacity 100, east 40% / north 30% / west 30%, 1,000 jobs
+    """The example of docs/throttling.md: capacity 100, east 40% / north 30% / west 30%, 1,000 jobs
     (700 east first in order, then 200 north, 100 west)."""
     await h.create(concurrency=100, quotas={"field": "region", "shares": SHARES})
     regions = ["east"] * 700 + ["north"] * 200 + ["west"] * 100

@@ -1,4 +1,4 @@
-"""Rate limits (SPEC 4): at most ``launches`` in any ``per_seconds`` sliding window,
+"""Rate limits (docs/throttling.md): at most ``launches`` in any ``per_seconds`` sliding window,
 per queue or per group (``by``), held in the database so a restart keeps them."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def test_the_window_survives_a_restart(h: Harness) -> None:
 
 
 async def test_a_late_answer_counts_until_a_window_after_it(h: Harness) -> None:
-    """SPEC 9: the limit holds as the downstream sees it. A launch claimed at 0 s
+    """docs/scaling.md: the limit holds as the downstream sees it. A launch claimed at 0 s
     but still being sent at 60 s (a slow target) may reach the downstream at any
     moment until it is answered: it counts until a window after its answer, not
     after its claim. Written back with its answer time at a handover."""

@@ -1,4 +1,4 @@
-"""Time windows (SPEC 4): DST-correct local windows, windows across midnight,
+"""Time windows (docs/throttling.md): DST-correct local windows, windows across midnight,
 several windows per job, scheduling at enqueue and rescheduling at fetch."""
 
 from __future__ import annotations

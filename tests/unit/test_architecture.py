@@ -1,6 +1,7 @@
-"""The layout's rules, checked: dependencies point inward, no import cycle, the
-pure core (the plugin API among it) loads no I/O library, no module grows past
-what a reader takes in."""
+"""The layout's rules, checked: dependencies point inward, no import cycle (imports
+inside functions counted), nothing below the HTTP API imports it, the pure core (the
+plugin API among it) loads no I/O library, no module grows past what a reader takes
+in."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ PURE_MODULES = (
     *sorted(f"hipq.throttling.{p.stem}" for p in (PACKAGE / "throttling").glob("*.py")
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
-    "hipq.engine.driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
+    "hipq.engine.tick_driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
     "hipq.engine.inbox", "hipq.engine.partner", "hipq.store.records", "hipq.store.base",
     "hipq.partners", "hipq.partners.headers", "hipq.partners.buckets", "hipq.partners.learning",
 )
@@ -35,21 +36,52 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """hipq modules imported when ``path`` is imported (module level, outside
-    ``if TYPE_CHECKING``; function-level imports run later and are left out)."""
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    for node in tree.body:
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under an ``if TYPE_CHECKING:`` block (read by type
+    checkers, never run)."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for sub in ast.walk(node) if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef
-                                                    | ast.ClassDef) else ():
-            if isinstance(sub, ast.Import):
-                found.update(a.name for a in sub.names if a.name.startswith("hipq"))
-            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.module.startswith("hipq"):
-                found.add(sub.module)
-                found.update(f"{sub.module}.{a.name}" for a in sub.names)
+            hidden.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return hidden
+
+
+def _absolute(module: str | None, level: int, importer: str, is_package: bool) -> str | None:
+    """The module a ``from`` import names, a relative one resolved against ``importer``."""
+    if level == 0:
+        return module
+    base = importer.split(".")
+    base = base[:len(base) - level + (1 if is_package else 0)]
+    return ".".join([*base, *([module] if module else [])])
+
+
+def _runtime_imports(path: Path, *, in_functions: bool = True) -> set[str]:
+    """hipq modules imported when ``path`` is imported or when its functions run
+    (outside ``if TYPE_CHECKING``): an import deferred into a function is still a
+    dependency of the module, so it counts for cycles and for layering.
+    ``in_functions=False``: only what importing the module itself runs."""
+    tree = ast.parse(path.read_text())
+    hidden = _type_checking_only(tree)
+    name = _module_name(path)
+    is_package = path.name == "__init__.py"
+    if in_functions:
+        nodes = [n for n in ast.walk(tree) if id(n) not in hidden]
+    else:
+        nodes = []
+        for node in tree.body:
+            if id(node) in hidden or isinstance(
+                    node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            nodes.extend(n for n in ast.walk(node) if id(n) not in hidden)
+    found: set[str] = set()
+    for sub in nodes:
+        if isinstance(sub, ast.Import):
+            found.update(a.name for a in sub.names if a.name.startswith("hipq"))
+        elif isinstance(sub, ast.ImportFrom):
+            module = _absolute(sub.module, sub.level, name, is_package)
+            if module and module.startswith("hipq"):
+                found.add(module)
+                found.update(f"{module}.{a.name}" for a in sub.names)
     return found
 
 
@@ -83,12 +115,87 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycle() -> None:
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _design_graph() -> dict[str, set[str]]:
     graph = _graph()
     # a package's __init__ re-exporting its submodules is not a cycle of the design
     for name in list(graph):
         graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    return graph
+
+
+def test_no_import_cycle() -> None:
+    """No two hipq modules need each other, counting the imports inside functions
+    (deferring an import hides a cycle from Python, not from a reader)."""
+    graph = _design_graph()
     assert _cycle(graph) is None
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_sees_imports_in_functions() -> None:
+    """``hipq.metrics`` imports nothing of the exporter, at any depth; the API's
+    ``/metrics`` page imports it in its handler (prometheus_client at the first scrape)."""
+    graph = _graph()
+    assert "hipq.metrics_export" not in graph["hipq.metrics"]
+    assert "hipq.metrics_export" in graph["hipq.api.metrics_page"]
+    assert "hipq.metrics_export" not in _runtime_imports(
+        PACKAGE / "api" / "metrics_page.py", in_functions=False)
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Above the API: what serves it (the daemon), what talks to it (the CLI, the
+# client, which reads its wire models, hipq.api.models), and the programs on top
+# (the demo, ``python -m hipq``). Everything else is below it and never imports it.
+ABOVE_THE_API = ("hipq.api", "hipq.daemon", "hipq.cli", "hipq.client", "hipq.demo",
+                 "hipq.__main__")
+
+
+def test_nothing_below_the_api_imports_it() -> None:
+    """The layers, from the inside out: the pure core (jobs, spec, plugins,
+    throttling, the engine's plan), the engine, the store, the targets and the
+    responses, the service (``hipq.service``: the Python API) and what runs beside it
+    (the intake, the schedules, the metrics); then ``hipq.api``, the HTTP API over
+    the service; then the modules of :data:`ABOVE_THE_API`. A module below the API
+    that needs something of it (a check, a model) gets it moved down to its own
+    module (``hipq.json_types``, ``hipq.schedules.ScheduleState``)."""
+    graph = _graph()
+    below = sorted(
+        f"{module} imports {sorted(m for m in imports if m.startswith('hipq.api'))}"
+        for module, imports in graph.items()
+        if not module.startswith(ABOVE_THE_API)
+        and any(m == "hipq.api" or m.startswith("hipq.api.") for m in imports))
+    assert below == []
 
 
 def test_pure_modules_do_not_reach_outward() -> None:
@@ -108,7 +215,7 @@ def test_throttling_imports_neither_config_nor_plugins() -> None:
     for path in (PACKAGE / "throttling").glob("*.py"):
         imports = _runtime_imports(path) | {
             n.module for n in ast.walk(ast.parse(path.read_text()))
-            if isinstance(n, ast.ImportFrom) and n.module}
+            if isinstance(n, ast.ImportFrom) and n.module}  # TYPE_CHECKING ones too
         assert not {m for m in imports if m.startswith(("hipq.config", "hipq.plugins"))}, path
 
 

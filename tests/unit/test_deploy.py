@@ -11,6 +11,7 @@ import yaml
 
 from hipq.config import ApiConfig, load_config
 from hipq.metrics import Metrics
+from hipq.metrics_export import registry_of
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
@@ -18,7 +19,7 @@ SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
 
 def _exported() -> set[str]:
     metrics = Metrics(monotonic=lambda: 0.0)
-    names = {m.name for m in metrics.registry.collect()}
+    names = {m.name for m in registry_of(metrics).collect()}
     return names | {n + s for n in names for s in SUFFIXES}
 
 

@@ -14,9 +14,9 @@ import pytest
 from hipq.jobs import Job, JobError
 from hipq.plugins import GiveUp, Retry, RetryContext, RunningUsage, ThrottleContext
 from hipq.spec import QueueSpec
-from plugins.correlations import invoice_key
-from plugins.retries import TransientOnly
-from plugins.throttlers import SlowStart
+from plugins.example_correlations import invoice_key
+from plugins.example_retries import TransientOnly
+from plugins.example_throttlers import SlowStart
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 25, 12, tzinfo=UTC)
@@ -83,9 +83,9 @@ database: {{url: "sqlite+aiosqlite:///{tmp_path}/hipq.db"}}
 queues:
   - id: partner
     target: {{kind: http, url: "http://127.0.0.1:9/jobs/{{id}}"}}
-    throttler: {{plugin: "plugins.throttlers:SlowStart", options: {{step: 3}}}}
-    retry: {{plugin: "plugins.retries:TransientOnly", options: {{delay_seconds: 5}}}}
-    correlation: {{plugin: "plugins.correlations:invoice_key"}}
+    throttler: {{plugin: "plugins.example_throttlers:SlowStart", options: {{step: 3}}}}
+    retry: {{plugin: "plugins.example_retries:TransientOnly", options: {{delay_seconds: 5}}}}
+    correlation: {{plugin: "plugins.example_correlations:invoice_key"}}
 """, encoding="utf-8")
     result = subprocess.run([sys.executable, "-m", "hipq", "check-config", "-c", str(config)],
                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)

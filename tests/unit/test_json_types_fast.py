@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from hipq.api.json_types import _model_checker, type_problem
 from hipq.api.models import BatchEnvelope
 from hipq.bodies import BatchItem, EnqueueRequest, ResponseRequest
 from hipq.config import QueueConfig
+from hipq.json_types import _model_checker, type_problem
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5))
@@ -48,7 +48,7 @@ def test_the_usual_bodies_take_the_shortcut_and_the_wrong_types_do_not() -> None
 
 
 def test_a_usual_response_takes_the_shortcut_and_a_wrong_status_does_not() -> None:
-    from hipq.api.json_types import _enum_properties, _plain_properties
+    from hipq.json_types import _enum_properties, _plain_properties
 
     assert _enum_properties(ResponseRequest) == {
         "status": frozenset({"succeeded", "failed", "running", "throttled"})}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-# APScheduler stays: it fires the periodic tick (SPEC 1 and 3)
+# APScheduler stays: it fires the periodic tick (docs/internals.md, "When a tick runs")
 HEAVY = ("sqlalchemy", "aiokafka", "prometheus_client")
 
 RUN_DAEMON = """

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from hipq.metrics import TICK_BUCKETS, Metrics
+from hipq.metrics_export import registry_of, render
 
 _CREATED = re.compile(r"^(\w+_created(?:\{[^}]*\})?) [0-9.e+]+$", re.MULTILINE)
 
@@ -58,13 +59,13 @@ def _before_the_gauges(text: str) -> str:
 
 
 def test_the_counters_render_as_prometheus_clients_own() -> None:
-    ours = _before_the_gauges(_text(_ours().render()))
+    ours = _before_the_gauges(_text(render(_ours())))
     assert ours == _text(_reference())
 
 
 def test_without_created_series(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROMETHEUS_DISABLE_CREATED_SERIES", "true")
-    text = _ours().render().decode()
+    text = render(_ours()).decode()
     assert "_created" not in text
     assert 'hipq_jobs_enqueued_total{queue="a"} 3.0' in text
 
@@ -76,4 +77,4 @@ def test_outcome_totals_and_labels() -> None:
         metrics.outcomes.labels("a")
     with pytest.raises(ValueError, match="non-negative"):
         metrics.outcomes.labels("a", "failed").inc(-1)
-    assert metrics.registry is metrics.registry  # made once
+    assert registry_of(metrics) is registry_of(metrics)  # made once

@@ -10,7 +10,8 @@ def test_hipq_exports() -> None:
     assert sorted(hipq.__all__) == sorted([
         "ConfigError", "ConflictError", "Daemon", "EnqueueRequest", "Hipq", "HipqError", "Job",
         "JobNotFound", "JobState", "QueueConfig", "QueueNotFound", "ReconcileResult",
-        "Reconciler", "ResponseRequest", "Settings", "Store", "load_config", "open_store",
+        "Reconciler", "ResponseRequest", "Settings", "Store", "Throttled", "load_config",
+        "open_store",
     ])
     for name in hipq.__all__:
         assert getattr(hipq, name) is not None

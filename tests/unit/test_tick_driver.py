@@ -1,11 +1,11 @@
-"""The tick driver (hipq.engine.driver): one task runs every tick; requests never
+"""The tick driver (hipq.engine.tick_driver): one task runs every tick; requests never
 pile up; stop lets the tick in progress finish and leaves no task behind."""
 
 from __future__ import annotations
 
 import asyncio
 
-from hipq.engine.driver import TickDriver
+from hipq.engine.tick_driver import TickDriver
 from hipq.testing import FakeClock
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hipq.engine.driver import TickDriver
+from hipq.engine.tick_driver import TickDriver
 from hipq.testing import FakeClock
 from tests.unit.test_tick_driver import Ticks, settle
 

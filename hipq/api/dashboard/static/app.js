@@ -313,7 +313,7 @@ function cursorOf(key) {
   return stack[stack.length - 1];
 }
 
-// -- the partner's word (SPEC 15): its pauses, the adaptive limit, why due jobs wait --
+// -- the partner's word (docs/throttling.md): its pauses, the adaptive limit, why due jobs wait --
 
 const PAUSES_LISTED = 10;
 const HELD_WORDS = {  // reason -> [one job, several jobs]
@@ -419,7 +419,7 @@ function bindConcurrency(queue) {
   });
 }
 
-// why the queue's next job waits (GET of the job: its "waiting", SPEC 15)
+// why the queue's next job waits (GET of the job: its "waiting", docs/throttling.md)
 async function nextWaits(name, queued, first) {
   if (!first || !queued.jobs.length) return "";
   const head = queued.jobs[0];

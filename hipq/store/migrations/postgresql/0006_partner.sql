@@ -1,4 +1,4 @@
--- Schema version 6: the partner's word (SPEC 15). A partner's pause per scope of a
+-- Schema version 6: the partner's word (docs/throttling.md). A partner's pause per scope of a
 -- queue, and what the owner of a queue learned of it (adaptive limit, held jobs by
 -- reason, throttled tries), so that every daemon serves it and the next owner keeps it.
 CREATE TABLE IF NOT EXISTS queue_backoffs (

@@ -1,5 +1,5 @@
--- Schema version 7: enqueue from SQL (SPEC 16). Producers insert into job_intake in
--- their own transactions, through hipq_enqueue() (any language, a trigger, a stored
+-- Schema version 7: enqueue from SQL (docs/from-your-database.md). Producers insert
+-- into job_intake in their own transactions, through hipq_enqueue() (any language, a trigger, a stored
 -- procedure) or hipq.sql; the owner of the queue ingests the pending rows (error
 -- NULL) into jobs with every rule of an enqueue, and deletes them; a row that breaks
 -- a rule stays, with its error, until pruned.

@@ -1,5 +1,5 @@
--- Schema version 7: enqueue from SQL (SPEC 16). Producers insert into job_intake in
--- their own transactions (hipq.sql on the same database file); the daemon ingests
+-- Schema version 7: enqueue from SQL (docs/from-your-database.md). Producers insert
+-- into job_intake in their own transactions (hipq.sql on the same database file); the daemon ingests
 -- the pending rows (error NULL) into jobs and deletes them; a row that breaks a rule
 -- stays, with its error.
 CREATE TABLE IF NOT EXISTS job_intake (

@@ -1,5 +1,7 @@
 """Request bodies checked against the JSON Schema that ``/openapi.json`` publishes
-for them, before pydantic validates them.
+for them, before pydantic validates them: by the API (:mod:`hipq.api.io`) and by the
+ingest of rows enqueued from SQL (:mod:`hipq.intake_rows`), which hold to the same
+types.
 
 Pydantic's lax mode converts values the document forbids: ``0`` or ``"no"`` to a
 boolean, ``"5"`` to an integer, a number to a time. The document is the contract

@@ -1,4 +1,4 @@
-"""A correlation plugin: ``correlation: {plugin: "plugins.correlations:invoice_key"}``.
+"""A correlation plugin: ``correlation: {plugin: "plugins.example_correlations:invoice_key"}``.
 
 Matches a partner's answers to jobs by the invoice they are about, however the
 partner spells it. hipq calls the function with ``side="request"`` when a job is

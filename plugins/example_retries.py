@@ -1,4 +1,4 @@
-"""A retry plugin: ``retry: {plugin: "plugins.retries:TransientOnly",
+"""A retry plugin: ``retry: {plugin: "plugins.example_retries:TransientOnly",
 options: {delay_seconds: 30}}``.
 
 Retries only what time can fix: a timeout, a transport failure, a lost launch, or

@@ -1,4 +1,4 @@
-"""A throttler plugin: ``throttler: {plugin: "plugins.throttlers:SlowStart",
+"""A throttler plugin: ``throttler: {plugin: "plugins.example_throttlers:SlowStart",
 options: {step: 5}}``.
 
 Ramps a queue up gently against a fragile partner: the weight in flight grows by

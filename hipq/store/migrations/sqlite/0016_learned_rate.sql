@@ -1,0 +1,6 @@
+-- Schema version 16: what a queue's owner learned of a partner that refuses without
+-- saying why (docs/throttling.md, "Partners"): the launch rate it last refused
+-- (CUBIC's w_max, launches a second) and when (seconds since the epoch, as every
+-- time here), so that the learned rate survives restarts and handovers.
+ALTER TABLE queue_state ADD COLUMN learned_rate FLOAT;
+ALTER TABLE queue_state ADD COLUMN learned_since FLOAT;
