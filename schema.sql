@@ -201,6 +201,7 @@ CREATE TABLE queue_state (
 	throttled_total BIGINT NOT NULL, 
 	learned_rate FLOAT, 
 	learned_since TIMESTAMP WITH TIME ZONE, 
+	budget JSONB, 
 	PRIMARY KEY (queue)
 );
 

@@ -281,8 +281,12 @@ class Budgets:
 
     def drop_queue(self, queue: str) -> None:
         """The queue is no longer ours: its reservations go (the next owner counts its
-        tries as it adopts them)."""
-        self._queues.pop(queue, None)
+        tries as it adopts them); once none of its partner's queues is ours, the
+        partner's accounts go too (a later owner of them restores what was saved)."""
+        partner_id = self._queues.pop(queue, None)
+        if partner_id is not None and partner_id not in self._queues.values():
+            for akey in [k for k in self._accounts if k[0] == partner_id]:
+                del self._accounts[akey]
         self._served.pop(queue, None)
         self._own.pop(queue, None)
         for tkey in [k for k in self._reserved if k[0] == queue]:
@@ -346,6 +350,34 @@ class Budgets:
             if more_exact(held, bucket, now):
                 acct.reported[bucket.name] = Reported(bucket, now)
 
+    def export(self, partner_id: str, now: datetime) -> dict[str, Any] | None:
+        """What the partner's buckets hold, for the next owner (JSON-ready; None when
+        nothing is held): per account, each window's :meth:`Window.export`."""
+        out = []
+        for key, acct in self.accounts(partner_id):
+            windows = [w.export(now) for w in acct.windows]
+            if any(windows):
+                out.append({"key": key, "windows": windows})
+        if not out:
+            return None
+        return {"saved_at": now.isoformat(), "accounts": out[:MAX_KEYS]}
+
+    def restore(self, partner_id: str, saved: Any, now: datetime) -> None:
+        """An earlier owner's :meth:`export`: the ages count from when it was saved
+        (what was launched since, by a daemon that died, is not known)."""
+        partner = self.partners.get(partner_id)
+        if partner is None or not isinstance(saved, dict):
+            return
+        try:
+            saved_at = datetime.fromisoformat(saved["saved_at"])
+            for entry in saved["accounts"]:
+                acct = self.account(partner, entry["key"])
+                for window, entries in zip(acct.windows, entry["windows"], strict=False):
+                    shift = max((now - saved_at).total_seconds(), 0.0)
+                    window.restore([(float(a) + shift, float(m)) for a, m in entries], now)
+        except (KeyError, TypeError, ValueError):
+            return  # written by another version: start afresh
+
     def heard(self, spec: QueueSpec, job: Job | None) -> None:
         """A refusal with a time (a pause), counted for the partner's figures."""
         partner = self.declared(spec)
@@ -387,6 +419,18 @@ class Budgets:
                 "whole": described(whole[0]) if whole else None,
                 "keys": [{"key": key, **described(acct)} for key, acct in busiest],
                 "key_count": sum(1 for key, _ in accounts if key is not None)}
+
+    def leads(self) -> dict[str, str]:
+        """Each declared partner step 2 saw, with its first queue (where its buckets are
+        kept for the next owner)."""
+        out: dict[str, str] = {}
+        for queue, partner_id in sorted(self._queues.items()):
+            out.setdefault(partner_id, queue)
+        return out
+
+    def fresh(self, partner_id: str) -> bool:
+        """Whether nothing of the partner is held here yet (a restore may fill it)."""
+        return not any(True for _ in self.accounts(partner_id))
 
     def siblings(self, spec: QueueSpec) -> list[str]:
         """The other queues naming the same declared partner, as step 2 last saw them."""

@@ -84,7 +84,7 @@ class TickPlan:
         engine, now, counters = self.engine, self.now, self.counters
         self.queues = {q.id: q for q in (yield call("queue_list"))}
         yield from self._leases()
-        yield from engine.partner.refresh(engine.held, self.queues)
+        yield from engine.partner.refresh(engine.held, self.queues, now)
         answers = yield TakeAnswers(releasing=frozenset(engine.leases.releasing))
         # what this tick applies and persists of these is all there is: released at its end
         self.handing_over = sorted(answers.idle)
@@ -102,7 +102,10 @@ class TickPlan:
 
     def _leases(self) -> Plan[None]:
         engine, now = self.engine, self.now
-        change = yield engine.leases.refresh(self.queues, now)
+        partners = engine.budgets.partners
+        units = {q: "partner " + r.spec.partner for q, r in self.queues.items()
+                 if r.spec.partner is not None and r.spec.partner in partners}
+        change = yield engine.leases.refresh(self.queues, now, units)
         for queue in change.lost:
             engine.batch.drop_queue(queue)
             engine.rates.drop_queue(queue)
@@ -170,6 +173,8 @@ class TickPlan:
             record = self.queues[queue_id]
             runtime = selection.runtime_of(engine.runtimes, record)
             if runtime is None or record.paused or runtime.target is None or engine.stopping:
+                continue
+            if not engine.leases.whole(queue_id):  # a partner's queues move together
                 continue
             chosen = yield from selection.select_queue(engine, runtime, self.now, self.counters)
             if chosen is not None:
@@ -241,6 +246,7 @@ class TickPlan:
         engine, now, counters = self.engine, self.now, self.counters
         counters.ran((yield Collect()))  # the in-tick archives of earlier ticks
         engine.partner.stamp_held(now)
+        engine.partner.keep_budgets(now, force=bool(self.handing_over))
         yield from engine.partner.save(now)
         if self.handing_over:  # scale-out: after the persist, see .leases
             queues = self.handing_over

@@ -24,6 +24,7 @@ come from the arguments. What the SQL drivers do only for a database is a no-op:
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -88,7 +89,8 @@ def _read(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _state_copy(state: QueueState) -> QueueState:
-    return replace(state, held=None if state.held is None else dict(state.held))
+    return replace(state, held=None if state.held is None else dict(state.held),
+                   budget=None if state.budget is None else copy.deepcopy(state.budget))
 
 
 @_one_turn_each

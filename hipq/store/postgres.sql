@@ -1065,29 +1065,30 @@ SELECT (SELECT count(*) FROM gone) AS cleared, (SELECT count(*) FROM due) AS due
 
 -- name: queue_state_list
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total, learned_rate, learned_since
+       throttled_total, learned_rate, learned_since, budget::text AS budget
 FROM queue_state WHERE queue = ANY(:queues::text[])
 
 -- name: queue_state_all
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total, learned_rate, learned_since
+       throttled_total, learned_rate, learned_since, budget::text AS budget
 FROM queue_state
 
 -- name: queue_state_save
 INSERT INTO queue_state (queue, effective, successes, decreased_at, held, held_at,
-                         throttled_total, learned_rate, learned_since)
+                         throttled_total, learned_rate, learned_since, budget)
 SELECT u.queue, u.effective, u.successes, u.decreased_at, u.held::jsonb, u.held_at,
-       u.throttled_total, u.learned_rate, u.learned_since
+       u.throttled_total, u.learned_rate, u.learned_since, u.budget::jsonb
 FROM unnest(:queues::text[], :effectives::float8[], :successes::int4[],
             :decreased_ats::timestamptz[], :helds::text[], :held_ats::timestamptz[],
-            :totals::int8[], :learned_rates::float8[], :learned_sinces::timestamptz[])
+            :totals::int8[], :learned_rates::float8[], :learned_sinces::timestamptz[],
+            :budgets::text[])
     AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total,
-         learned_rate, learned_since)
+         learned_rate, learned_since, budget)
 ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
     successes = excluded.successes, decreased_at = excluded.decreased_at,
     held = excluded.held, held_at = excluded.held_at,
     throttled_total = excluded.throttled_total, learned_rate = excluded.learned_rate,
-    learned_since = excluded.learned_since
+    learned_since = excluded.learned_since, budget = excluded.budget
 
 -- -- why a job waits (docs/throttling.md) ---------------------------------------------
 -- Where a queued job stands in its queue, in one read, when one job is asked for

@@ -359,6 +359,7 @@ class QueueState:
     throttled_total: int = 0
     learned_rate: float | None = None  # the rate last refused (CUBIC's w_max), a second
     learned_since: datetime | None = None  # when that refusal came
+    budget: dict[str, Any] | None = None  # a partner's buckets, on its first queue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -155,20 +155,22 @@ def merged_into(host: Job, job: Job) -> Job:
 
 def queue_state_of(r: Any) -> QueueState:
     """A QueueState from a row of ``queue_state`` (``held`` as JSON text or parsed)."""
-    held = r["held"]
+    held, budget = r["held"], r["budget"]
     if isinstance(held, str):
         held = json.loads(held)
+    if isinstance(budget, str):
+        budget = json.loads(budget)
     return QueueState(queue=r["queue"], effective=r["effective"], successes=r["successes"],
                       decreased_at=r["decreased_at"], held=held, held_at=r["held_at"],
                       throttled_total=r["throttled_total"], learned_rate=r["learned_rate"],
-                      learned_since=r["learned_since"])
+                      learned_since=r["learned_since"], budget=budget)
 
 
 def queue_state_values(state: QueueState) -> dict[str, Any]:
     return {"queue": state.queue, "effective": state.effective, "successes": state.successes,
             "decreased_at": state.decreased_at, "held": state.held, "held_at": state.held_at,
             "throttled_total": state.throttled_total, "learned_rate": state.learned_rate,
-            "learned_since": state.learned_since}
+            "learned_since": state.learned_since, "budget": state.budget}
 
 
 def standing_of(running: Iterable[Sequence[Any]], key_ahead: str | None,

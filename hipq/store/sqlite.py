@@ -617,7 +617,7 @@ class SQLiteStore(SQLiteIntake):
         stmt = stmt.on_conflict_do_update(index_elements=[t.c.queue], set_={
             c: stmt.excluded[c] for c in ("effective", "successes", "decreased_at", "held",
                                           "held_at", "throttled_total", "learned_rate",
-                                          "learned_since")})
+                                          "learned_since", "budget")})
         async with self._tx() as conn:
             await conn.execute(stmt, [queue_state_values(state) for state in states])
 

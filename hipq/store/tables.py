@@ -253,6 +253,7 @@ queue_state = sa.Table(
     sa.Column("throttled_total", BigId, nullable=False),
     sa.Column("learned_rate", sa.Float),
     sa.Column("learned_since", UTCDateTime),
+    sa.Column("budget", JSON),
 )
 
 class IntakeSize(sa.sql.expression.ColumnElement[int]):

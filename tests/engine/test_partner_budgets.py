@@ -287,3 +287,44 @@ async def test_nothing_left_in_a_window_means_nothing_before_its_reset(
     clock.advance(1)
     await tick(reconciler)
     assert len(target.launched) == 4
+
+
+async def test_a_partners_queues_have_one_owner_and_move_together(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """Two daemons, a partner's two queues and two queues of their own: the partner's
+    queues are leased by one daemon; handed over, they move together and the next
+    owner's buckets start from what the first one launched (no bucket is exceeded as
+    the partner counts it: 10 a minute across both daemons)."""
+    partner = {"limits": [{"requests": 10, "per_seconds": 60}]}
+    first, second = MemoryTarget(), MemoryTarget()
+    a = engine(store, clock, first, **partner)
+    a.leases.owner = a.owner = "o1"
+    b = Reconciler(store, clock=clock, owner="o2", targets=Targets(memory={"t": second}),
+                   partners=dict(a.budgets.partners))
+    await two_queues(hipq, 30)
+    for name in ("alone-1", "alone-2"):
+        await hipq.create_queue(queue(name, concurrency=5))
+    await tick(a)
+    await tick(b)
+    clock.advance(2)
+    await tick(a)
+    await tick(b)
+    holders = [r for r in (a, b) if set(QUEUES) & r.held]
+    assert len(holders) == 1
+    assert set(QUEUES) <= holders[0].held  # both, never one each
+    launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
+    assert launched == 10
+    owner = holders[0]
+    other = b if owner is a else a
+    owner.leases.releasing |= set(QUEUES) & owner.leases.held  # a handover
+    owner.leases.held -= set(QUEUES)
+    await tick(owner)  # written back, released
+    other.leases.force = True  # a rebalance now (else at its next renewal)
+    await tick(other)
+    assert set(QUEUES) <= other.held
+    launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
+    assert launched == 10  # the same minute: the next owner launches nothing more
+    clock.advance(60)
+    await tick(other)
+    launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
+    assert launched == 20
