@@ -195,6 +195,11 @@ class Budgets:
             admitted.append(job_id)
         if admitted:
             self._served[spec.id] = now
+            for key in {self.key_of(partner, jobs[i]) for i in admitted} \
+                    if partner.by is not None else (None,):
+                self.account(partner, key).measured.launched(
+                    now, len(admitted) if partner.by is None else
+                    sum(1 for i in admitted if self.key_of(partner, jobs[i]) == key))
         return Admission(admitted, held)
 
     def order(self, queues: Iterable[str]) -> list[str]:
@@ -230,7 +235,6 @@ class Budgets:
         acct.in_flight += job.weight
         acct.accepted += 1
         acct.last_used = now
-        acct.measured.launched(now)
         self._reserved[(job.queue, job.id)] = Reservation(
             account=(partner.id, key), weight=job.weight, taken=taken)
 
