@@ -38,6 +38,7 @@ from hipq.store.memory_inbox import MemoryInbox
 from hipq.store.memory_intake import MemoryIntake
 from hipq.store.memory_jobs import MemoryJobs
 from hipq.store.memory_loop import MemoryLoop
+from hipq.store.memory_seen import MemorySeen
 from hipq.store.records import Backoff, QueueRecord, QueueState
 from hipq.store.rows import queue_record
 from hipq.store.versions import SCHEMA_VERSION
@@ -88,7 +89,7 @@ def _state_copy(state: QueueState) -> QueueState:
 
 
 @_one_turn_each
-class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
+class MemoryStore(MemoryIntake, MemorySeen, MemoryInbox, MemoryLoop, MemoryJobs):
     """The :class:`~hipq.store.base.Store` in memory (``dialect``: ``"memory"``)."""
 
     # -- lifecycle (no database: no-ops) ---------------------------------------------------
