@@ -22,7 +22,7 @@ from hipq.api.deps import DEPS
 from hipq.api.io import reply
 from hipq.api.models import _Out
 from hipq.config_fields import QUEUE_ID_PATTERN
-from hipq.engine.seen import bucket_name, configured_buckets
+from hipq.engine.seen import configured_buckets
 from hipq.metrics import PartnerGauge
 from hipq.spec import PartnerSpec
 from hipq.store.seen import PartnerMinute, PartnerSeen, minute_of
@@ -33,12 +33,15 @@ _PARTNER_ID = re.compile(QUEUE_ID_PATTERN)
 
 
 class PartnerBucketOut(_Out):
-    name: str = Field(description="the bucket's name in the metrics, e.g. requests_per_60s")
+    name: str = Field(description="the bucket's name in the metrics, e.g. requests_per_60s "
+                      "(reported_NAME: one the partner reported without its window)")
     unit: str = Field(description="requests or cost")
-    limit: float = Field(description="how many requests (or how much cost) per per_seconds")
-    per_seconds: float
-    used: float = Field(description="what the window holds as of updated_at")
-    remaining: float = Field(description="limit - used, never below 0")
+    limit: float | None = Field(description="how many requests (or how much cost) per "
+                                "per_seconds (null: the partner did not say)")
+    per_seconds: float | None
+    used: float | None = Field(description="what the window holds as of updated_at")
+    remaining: float | None = Field(description="what is left as of updated_at: limit - used, "
+                                    "never below 0; a partner's bucket, as it reported")
     room_at: AwareDatetime | None = Field(
         default=None, description="when one more request (or a launch of the default cost) "
         "fits: updated_at when it fits now; null: nothing written yet")
@@ -93,15 +96,8 @@ class PartnerList(_Out):
 
 
 def _buckets(found: Any) -> list[PartnerBucketOut]:
-    out = []
-    for b in found if isinstance(found, list) else ():
-        limit, used = float(b.get("limit", 0)), float(b.get("used", 0))
-        out.append(PartnerBucketOut(
-            name=bucket_name(b), unit=str(b.get("unit")), limit=limit,
-            per_seconds=float(b.get("per_seconds", 0)), used=used,
-            remaining=max(limit - used, 0.0), room_at=b.get("room_at"),
-            source=str(b.get("source", "configured"))))
-    return out
+    """The buckets as stored (:func:`hipq.engine.seen.normal_bucket` made them)."""
+    return [PartnerBucketOut.model_validate(b) for b in (found if isinstance(found, list) else ())]
 
 
 def _summary(spec: PartnerSpec, seen: PartnerSeen | None) -> dict[str, Any]:
@@ -152,8 +148,9 @@ async def partner_gauges(app: web.Application) -> list[PartnerGauge]:
         summary = _summary(deps.partners[name], stored.get(name))
         remaining: dict[str, float] = {}
         for bucket in summary["buckets"]:  # two buckets of one name: the smaller room
-            remaining[bucket.name] = min(bucket.remaining,
-                                         remaining.get(bucket.name, bucket.remaining))
+            if bucket.remaining is not None:
+                remaining[bucket.name] = min(bucket.remaining,
+                                             remaining.get(bucket.name, bucket.remaining))
         gauges.append(PartnerGauge(partner=name, remaining=remaining,
                                    in_flight=summary["in_flight"],
                                    learned_rate=summary["learned_rate"]))

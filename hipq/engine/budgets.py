@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hipq.jobs import Job
-from hipq.partners.buckets import Limit, Taken, Window
+from hipq.partners import headers as partner_headers
+from hipq.partners.buckets import Limit, Reported, Taken, Window, more_exact
 from hipq.partners.learning import CubicRate, LaunchRate, Pacer
 from hipq.paths import lookup
 from hipq.pause_scope import group_of
@@ -51,6 +52,7 @@ class Account:
     """One partner's budget (or one key's of it)."""
 
     windows: list[Window]
+    reported: dict[str, Reported] = field(default_factory=dict)  # by the partner's name
     in_flight: int = 0
     learned: CubicRate = field(default_factory=CubicRate)
     measured: LaunchRate = field(default_factory=LaunchRate)
@@ -99,10 +101,22 @@ class Budgets:
         self._queues: dict[str, str] = {}  # queue -> the declared partner it names
         self._served: dict[str, datetime] = {}  # queue -> when it last launched through one
         self._tally: dict[str, list[int]] = {}  # partner -> [admitted, refused], in all
+        # a queue that names no declared partner is its own: an account of its own
+        # once its answers reported a budget (most queues never get one)
+        self._own: dict[str, PartnerSpec] = {}
 
     # -- what a queue's partner is -------------------------------------------------------
 
     def partner_of(self, spec: QueueSpec) -> PartnerSpec | None:
+        """The declared partner the queue names, else the queue as its own partner
+        once its answers reported a budget; None: nothing to count."""
+        if spec.partner is not None:
+            declared = self.partners.get(spec.partner)
+            if declared is not None:
+                return declared
+        return self._own.get(spec.id)
+
+    def declared(self, spec: QueueSpec) -> PartnerSpec | None:
         """The declared partner the queue names (None: it is its own partner, or it
         names one this daemon's settings do not declare)."""
         return None if spec.partner is None else self.partners.get(spec.partner)
@@ -200,6 +214,10 @@ class Budgets:
             amount = 1.0 if window.limit.unit == "requests" else cost
             if window.room_at(amount, now) > now:
                 return False
+        for report in acct.reported.values():
+            amount = 1.0 if report.bucket.unit == "requests" else cost
+            if report.room_at(amount, now) > now:
+                return False
         rate = acct.learned.rate(now)
         return rate is None or acct.pacer.allow(rate, now, 1) > 0
 
@@ -208,6 +226,8 @@ class Budgets:
         cost = self.cost_of(partner, job)
         taken = [(w, w.take(1.0 if w.limit.unit == "requests" else cost, now))
                  for w in acct.windows]
+        for report in acct.reported.values():
+            report.take(1.0 if report.bucket.unit == "requests" else cost)
         acct.in_flight += job.weight
         acct.accepted += 1
         self._count(partner.id, 0)
@@ -220,9 +240,10 @@ class Budgets:
         """When an account that held launches back may have room again (a tick is due
         then): the earliest of its buckets' and its pace's times."""
         times: list[datetime] = []
+        own = {p.id: p for p in self._own.values()}
         for akey in self._paced:
             acct = self._accounts.get(akey)
-            partner = self.partners.get(akey[0])
+            partner = self.partners.get(akey[0]) or own.get(akey[0])
             if acct is None or partner is None:
                 continue
             rate = acct.learned.rate(now)
@@ -230,6 +251,11 @@ class Budgets:
                 times.append(acct.pacer.next_at(rate, now))
             for window in acct.windows:
                 at = window.room_at(1.0 if window.limit.unit == "requests"
+                                    else partner.cost_default, now)
+                if at > now:
+                    times.append(at)
+            for report in acct.reported.values():
+                at = report.room_at(1.0 if report.bucket.unit == "requests"
                                     else partner.cost_default, now)
                 if at > now:
                     times.append(at)
@@ -260,6 +286,7 @@ class Budgets:
         tries as it adopts them)."""
         self._queues.pop(queue, None)
         self._served.pop(queue, None)
+        self._own.pop(queue, None)
         for tkey in [k for k in self._reserved if k[0] == queue]:
             reservation = self._reserved.pop(tkey)
             acct = self._accounts.get(reservation.account)
@@ -273,7 +300,7 @@ class Budgets:
         """A refusal that gave no time, of a queue that names a partner: the partner's
         (or the key's) learned rate drops, once a round. False when the queue names no
         declared partner."""
-        partner = self.partner_of(spec)
+        partner = self.declared(spec)
         if partner is None:
             return False
         key = None if job is None else self.key_of(partner, job)
@@ -304,9 +331,27 @@ class Budgets:
                                           and learned.since > acct.learned.since):
             acct.learned = CubicRate(w_max=learned.w_max, since=learned.since)
 
+    def reported(self, spec: QueueSpec, job: Job, headers: Iterable[tuple[str, str]],
+                 now: datetime) -> None:
+        """An answer's rate-limit headers: each bucket the partner reported replaces
+        the one held where it leaves less room (or the held one has reset); a queue
+        with no declared partner gets an account of its own for them."""
+        report = partner_headers.read(headers, now,
+                                      max_seconds=spec.backoff.max_partner_seconds)
+        if not report.buckets:
+            return
+        partner = self.partner_of(spec)
+        if partner is None:
+            partner = self._own[spec.id] = PartnerSpec(id=f"queue {spec.id}")
+        acct = self.account(partner, self.key_of(partner, job))
+        for bucket in report.buckets:
+            held = acct.reported.get(bucket.name)
+            if more_exact(held, bucket, now):
+                acct.reported[bucket.name] = Reported(bucket, now)
+
     def heard(self, spec: QueueSpec, job: Job | None) -> None:
         """A refusal with a time (a pause), counted for the partner's figures."""
-        partner = self.partner_of(spec)
+        partner = self.declared(spec)
         if partner is not None:
             key = None if job is None else self.key_of(partner, job)
             self.account(partner, key).refused += 1
@@ -347,7 +392,13 @@ class Budgets:
                              "used": round(w.used(now), 3),
                              "room_at": w.room_at(1.0 if w.limit.unit == "requests"
                                                   else partner.cost_default, now),
-                             "source": "configured"} for w in acct.windows]}
+                             "source": "configured"} for w in acct.windows]
+                + [{"unit": r.bucket.unit, "name": name, "limit": r.bucket.limit,
+                    "per_seconds": r.bucket.window_seconds,
+                    "remaining": round(max(r.room(now), 0.0), 3)
+                    if not r.expired(now) else None,
+                    "room_at": r.room_at(1.0, now), "resets_at": r.bucket.reset_at,
+                    "source": "partner"} for name, r in acct.reported.items()]}
 
         busiest = sorted(((key, acct) for key, acct in accounts if key is not None),
                          key=lambda pair: (-pair[1].in_flight, -pair[1].accepted,
@@ -359,7 +410,7 @@ class Budgets:
 
     def siblings(self, spec: QueueSpec) -> list[str]:
         """The other queues naming the same declared partner, as step 2 last saw them."""
-        partner = self.partner_of(spec)
+        partner = self.declared(spec)
         if partner is None:
             return []
         return sorted(q for q, p in self._queues.items() if p == partner.id and q != spec.id)

@@ -131,11 +131,16 @@ class TickPlan:
         batch, applied = self.engine.batch, 0
         for job, spent in answers.spent:
             self._spent(job, spent)
+        for job, headers in answers.reports:
+            self._reported(job, headers)
         for result in answers.outcomes:
             job = result.job
             spent = getattr(result.outcome, "spent", None)
             if spent is not None:
                 self._spent(job, spent)
+            headers = getattr(result.outcome, "budget", None)
+            if headers:
+                self._reported(job, headers)
             held = batch.get((job.queue, job.id))
             if held is None or held.attempt != job.attempt or held.outcome is not None:
                 continue  # timed out or cancelled meanwhile: the first outcome stands
@@ -149,6 +154,13 @@ class TickPlan:
         if runtime is not None and job.queue in engine.held:
             spec = runtime.spec
             engine.partner.spent(spec, scope(spec, job), spent, self.now)
+
+    def _reported(self, job: Job, headers: Any) -> None:
+        """An answer's rate-limit headers set its partner's buckets."""
+        engine = self.engine
+        runtime = engine.runtimes.cached(job.queue)
+        if runtime is not None and job.queue in engine.held:
+            engine.budgets.reported(runtime.spec, job, headers, self.now)
 
     # -- steps 1 and 2 -----------------------------------------------------------------
 

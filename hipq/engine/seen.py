@@ -17,6 +17,7 @@ store, so every daemon serves the same and a restart keeps the last hour.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,33 +45,72 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+_NAME_CHARS = re.compile(r"[^a-z0-9_]+")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def bucket_name(bucket: Mapping[str, Any]) -> str:
-    """A bucket's name in the metrics: ``requests_per_60s``, ``cost_per_0.5s``."""
-    return f"{bucket['unit']}_per_{float(bucket['per_seconds']):g}s"
+    """A bucket's name in the metrics: ``requests_per_60s``, ``cost_per_0.5s``; a bucket
+    the partner reported without its window, ``reported_`` and its name as the partner
+    gave it, made of ``a-z0-9_`` and cut to 40 characters (labels stay bounded)."""
+    seconds = _number(bucket.get("per_seconds"))
+    if seconds is not None:
+        return f"{bucket.get('unit')}_per_{seconds:g}s"
+    name = _NAME_CHARS.sub("_", str(bucket.get("name") or bucket.get("unit")).lower())
+    return f"reported_{name}"[:40]
+
+
+def normal_bucket(bucket: Mapping[str, Any]) -> dict[str, Any]:
+    """One bucket of :meth:`~hipq.engine.budgets.Budgets.snapshot` as the store keeps
+    it: its name, unit, limit, window, use and room (a limit or window the partner did
+    not report: None; what a reported bucket used: its limit less what it has left;
+    nothing used once it has reset) and source."""
+    limit, used = _number(bucket.get("limit")), _number(bucket.get("used"))
+    remaining = _number(bucket.get("remaining"))
+    if bucket.get("source") == "partner":
+        if remaining is None:  # reset since the report: whole again
+            remaining = limit
+        used = None if limit is None or remaining is None else max(limit - remaining, 0.0)
+    elif remaining is None and limit is not None:
+        remaining = max(limit - (used or 0.0), 0.0)
+    return {"name": bucket_name(bucket), "unit": bucket.get("unit"), "limit": limit,
+            "per_seconds": _number(bucket.get("per_seconds")), "used": used,
+            "remaining": remaining, "room_at": bucket.get("room_at"),
+            "source": bucket.get("source", "configured")}
 
 
 def configured_buckets(partner: PartnerSpec) -> list[dict[str, Any]]:
     """The partner's buckets as configured, nothing used: what a partner nobody owns
     yet shows."""
-    return [{"unit": limit.unit, "limit": limit.amount, "per_seconds": limit.per_seconds,
-             "used": 0.0, "room_at": None, "source": "configured"} for limit in partner.limits]
+    return [normal_bucket({"unit": limit.unit, "limit": limit.amount,
+                           "per_seconds": limit.per_seconds, "used": 0.0, "room_at": None,
+                           "source": "configured"}) for limit in partner.limits]
 
 
 def whole_buckets(partner: PartnerSpec, snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The whole partner's buckets in a snapshot: its own account's; with ``by`` (each
-    key has buckets of its own), each bucket as the fullest of the keys shown; the
-    configured ones, nothing used, when no launch went through it yet."""
+    """The whole partner's buckets in a snapshot (:func:`normal_bucket`): its own
+    account's, the configured ones and those the partner reported; with ``by`` (each
+    key has buckets of its own), each bucket by name as the one with the least room
+    among the keys shown; the configured ones, nothing used, before any launch."""
     whole = snapshot.get("whole")
     if partner.by is None:
         if whole and whole.get("buckets"):
-            return [dict(b) for b in whole["buckets"]]
+            return [normal_bucket(b) for b in whole["buckets"]]
         return configured_buckets(partner)
-    fullest = configured_buckets(partner)
+    tightest = {b["name"]: b for b in configured_buckets(partner)}
     for key in snapshot.get("keys") or ():
-        for i, bucket in enumerate(key.get("buckets") or ()):
-            if i < len(fullest) and bucket.get("used", 0) > fullest[i]["used"]:
-                fullest[i] = dict(bucket)
-    return fullest
+        for bucket in map(normal_bucket, key.get("buckets") or ()):
+            held = tightest.get(bucket["name"])
+            if held is None or (bucket["remaining"] is not None and (
+                    held["remaining"] is None or bucket["remaining"] < held["remaining"])):
+                tightest[bucket["name"]] = bucket
+    return list(tightest.values())
 
 
 class Seen:
@@ -110,6 +150,8 @@ class Seen:
         for partner_id in partners:
             spec = budgets.partners[partner_id]
             snapshot = jsonable(budgets.snapshot(partner_id, now))
+            for key in snapshot.get("keys") or ():
+                key["buckets"] = [normal_bucket(b) for b in key.get("buckets") or ()]
             learned = budgets.learned(partner_id, now)
             admitted, refused = budgets.tally(partner_id)
             before = self._written.get(partner_id, (0, 0))
@@ -125,6 +167,6 @@ class Seen:
                 partner=partner_id, minute=minute, accepted=max(admitted - before[0], 0),
                 refused=max(refused - before[1], 0), in_flight_max=in_flight,
                 learned_rate=snapshot["learned_rate"],
-                buckets=[{k: b[k] for k in ("unit", "limit", "per_seconds", "used")}
-                         for b in buckets]))
+                buckets=[{k: b[k] for k in ("name", "unit", "limit", "per_seconds", "used",
+                                            "remaining")} for b in buckets]))
         return seen, minutes

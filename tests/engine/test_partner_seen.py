@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from hipq.config import PartnerConfig
 from hipq.engine import Reconciler
-from hipq.engine.seen import bucket_name, jsonable
+from hipq.engine.seen import bucket_name, jsonable, normal_bucket, whole_buckets
 from hipq.service import Hipq
 from hipq.store import Store
 from hipq.store.seen import minute_of
@@ -102,3 +103,31 @@ async def test_nothing_is_written_without_partners(
     other = engine(store, clock, target, limits=LIMITS)
     await tick(other)
     assert await store.partner_seen_list() == {}
+
+
+def test_a_bucket_the_partner_reported_is_kept_as_it_said() -> None:
+    """Its window may be unknown (then its name is ``reported_`` and the partner's,
+    bounded), its limit too (then its use is unknown); reset since: whole again."""
+    said = {"unit": "cost", "name": "Input-Tokens \"x\"" * 5, "limit": 1000.0,
+            "per_seconds": None, "remaining": 250.0, "room_at": "2026-01-05T12:00:00Z",
+            "resets_at": "2026-01-05T12:00:10Z", "source": "partner"}
+    bucket = normal_bucket(said)
+    assert bucket["name"].startswith("reported_input_tokens_x_")
+    assert len(bucket["name"]) == 40
+    assert (bucket["limit"], bucket["used"], bucket["remaining"]) == (1000.0, 750.0, 250.0)
+    assert normal_bucket({**said, "remaining": None})["used"] == 0.0
+    unknown = normal_bucket({**said, "limit": None, "per_seconds": 60})
+    assert (unknown["name"], unknown["used"], unknown["remaining"]) == ("cost_per_60s", None,
+                                                                        250.0)
+
+
+def test_with_by_each_bucket_is_the_tightest_keys() -> None:
+    spec = PartnerConfig.model_validate({"id": "llm", "by": "api_key", "limits": [
+        {"requests": 10, "per_seconds": 1}]}).to_spec()
+    key = {"unit": "requests", "limit": 10.0, "per_seconds": 1.0, "room_at": None,
+           "source": "configured"}
+    snapshot = {"keys": [{"key": "a", "buckets": [{**key, "used": 3.0}]},
+                         {"key": "b", "buckets": [{**key, "used": 8.0}]}]}
+    assert [(b["name"], b["used"], b["remaining"]) for b in whole_buckets(spec, snapshot)] == [
+        ("requests_per_1s", 8.0, 2.0)]
+    assert [b["used"] for b in whole_buckets(spec, {"keys": []})] == [0.0]

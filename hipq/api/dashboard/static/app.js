@@ -717,6 +717,11 @@ async function unmatchedView() {
 const num = (n) => (n == null ? "-" : Number.isInteger(n) ? String(n)
   : n.toFixed(Math.abs(n) < 10 ? 2 : 1).replace(/\.?0+$/, ""));
 
+// a bucket in a list: its name, a bar of used of limit, the numbers
+const miniBucket = (b) => `<div class="mini" data-bucket="${esc(b.name)}"><code>${esc(b.name)}</code>
+  ${b.limit == null ? "" : meter(b.used, b.limit)} <span class="muted">${b.limit == null
+    ? `${num(b.remaining)} left` : `${num(b.used)}/${num(b.limit)}`}</span></div>`;
+
 // a bar: used of limit (full: red, over 80%: amber)
 function meter(used, limit) {
   const share = limit > 0 ? Math.min(Math.max(used / limit, 0), 1) : 0;
@@ -736,8 +741,9 @@ function bucketRows(partner) {
   if (!partner.buckets.length) return '<tr><td colspan="5" class="muted">no buckets (no limits declared)</td></tr>';
   return partner.buckets.map((b) => `<tr data-bucket="${esc(b.name)}">
     <td><code>${esc(b.name)}</code> <span class="muted">${esc(b.source)}</span></td>
-    <td class="meter-cell">${meter(b.used, b.limit)}</td>
-    <td class="num used">${num(b.used)} of ${num(b.limit)} ${esc(b.unit)}</td>
+    <td class="meter-cell">${b.limit == null ? "" : meter(b.used, b.limit)}</td>
+    <td class="num used">${b.limit == null ? `${esc(b.unit)}: limit not reported`
+      : `${num(b.used)} of ${num(b.limit)} ${esc(b.unit)}`}</td>
     <td class="num">${num(b.remaining)} left</td>
     <td class="time room">${esc(roomWords(b, partner.updated_at))}</td></tr>`).join("");
 }
@@ -760,9 +766,7 @@ async function partnersView() {
   const { partners } = await api("GET", "/v1/partners");
   const rows = partners.map((p) => `<tr data-partner="${esc(p.id)}">
     <td><a href="#/partner/${enc(p.id)}">${esc(p.id)}</a></td>
-    <td>${p.buckets.map((b) => `<div class="mini" data-bucket="${esc(b.name)}"><code>${esc(b.name)}</code>
-      ${meter(b.used, b.limit)} <span class="muted">${num(b.used)}/${num(b.limit)}</span></div>`).join("")
-      || '<span class="muted">no limits</span>'}</td>
+    <td>${p.buckets.map(miniBucket).join("") || '<span class="muted">no limits</span>'}</td>
     <td class="num flight">${flightWords(p)}</td><td>${learnedWords(p)}</td>
     <td class="num">${p.accepted_total}</td><td class="num">${p.refused_total}</td>
     <td class="muted owner">${ownerWords(p)}</td></tr>`);
@@ -801,8 +805,7 @@ function partnerChart(minutes, id) {
 function keyRows(p) {
   return p.keys.map((k) => `<tr data-key="${esc(k.key)}"><td><code>${esc(k.key)}</code></td>
     <td class="num">${k.in_flight}</td><td>${learnedWords(k)}</td>
-    <td>${k.buckets.map((b) => `<div class="mini"><code>${esc(b.name)}</code> ${meter(b.used, b.limit)}
-      <span class="muted">${num(b.used)}/${num(b.limit)}</span></div>`).join("")}</td>
+    <td>${k.buckets.map(miniBucket).join("")}</td>
     <td class="num">${k.accepted_total}</td><td class="num">${k.refused_total}</td></tr>`).join("");
 }
 
