@@ -57,14 +57,13 @@ from hipq.store.rows import (
 )
 from hipq.store.sqlite_intake import SQLiteIntake
 from hipq.store.sqlite_reads import stored_jobs, stored_version
-from hipq.store.sqlite_seen import SQLiteSeen
 from hipq.store.uncancelled import uncancelled
 
 TRIES_CHUNK = 300  # tries per count statement: 3 parameters each (SQLite allows 999)
 
 
 @uncancelled  # a cancelled caller must not leave SQLite's write lock held
-class SQLiteStore(SQLiteIntake, SQLiteSeen):
+class SQLiteStore(SQLiteIntake):
     """The :class:`~hipq.store.base.Store` on SQLite."""
 
     dialect = "sqlite"

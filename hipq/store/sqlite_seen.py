@@ -1,6 +1,7 @@
 """The SQLite driver's partner views (docs/http-api.md, "Partners"), as SQLAlchemy
 Core over ``partner_state`` and ``partner_minutes``. A base of
-:class:`~hipq.store.sqlite.SQLiteStore` (``_tx``: one writer, BEGIN IMMEDIATE)."""
+:class:`~hipq.store.sqlite.SQLiteStore`, under its intake
+(:class:`~hipq.store.sqlite_intake.SQLiteIntake`; ``_tx``: one writer, BEGIN IMMEDIATE)."""
 
 from __future__ import annotations
 
