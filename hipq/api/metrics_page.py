@@ -35,7 +35,7 @@ async def _reading(app: web.Application) -> GaugeReading:
     snapshot = await app[STATS].get(max_age=0)  # the gauges are cached (hipq.metrics)
     records = await service.list_queues()
     now = service.clock.now()
-    return (snapshot.queues, [snapshot.word(r.id, r.config, now) for r in records],
+    return (snapshot.queues, [snapshot.word(r.id, r.spec, now) for r in records],
             snapshot.intake, await partner_gauges(app))
 
 

@@ -123,7 +123,7 @@ class PartnerWord:
             self._pauses[queue] = {}
             state = self._states[queue] = states.get(queue) or QueueState(queue=queue)
             learned = CubicRate(w_max=state.learned_rate, since=state.learned_since)
-            partner = queues[queue].config.partner
+            partner = queues[queue].spec.partner
             if partner is not None and partner in self.budgets.partners:
                 self.budgets.seed(partner, learned)  # the partner's, stored with its queues
             else:

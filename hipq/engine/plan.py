@@ -110,7 +110,7 @@ class TickPlan:
             engine.budgets.drop_queue(queue)
         for queue in change.gained:
             record = self.queues.get(queue)
-            if record is not None and record.config.rate_limit is not None:
+            if record is not None and record.spec.rate_limit is not None:
                 yield call("launch_events_restamp", queue=queue, at=now)
             self.counters.add("adopted", (yield from adopt(
                 queue=queue, owner=engine.owner, now=now, add=self._adopted)))

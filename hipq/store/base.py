@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from hipq.jobs import Attempt, Job, Ordering
 from hipq.store.records import (
@@ -50,9 +50,6 @@ from hipq.store.records import (
     Response,
 )
 from hipq.store.seen import PartnerMinute, PartnerSeen
-
-if TYPE_CHECKING:  # the protocol loads no I/O library (pydantic is the config's edge)
-    from hipq.config import QueueConfig
 
 
 class Store(Protocol):
@@ -104,16 +101,18 @@ class Store(Protocol):
 
     # -- queues ------------------------------------------------------------------------
 
-    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
-        """Create or replace a queue's settings (``created_at`` is kept on replace).
-        Returns True if it was created."""
+    async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
+        """Create or replace a queue's settings (``created_at`` is kept on replace):
+        ``settings`` is their JSON mapping, with ``id`` (and ``paused``, false when
+        missing), kept as given (``QueueConfig.stored()`` at the edge). Returns True
+        if it was created."""
 
     async def queue_get(self, queue_id: str) -> QueueRecord | None:
         """The queue, or None."""
 
     async def queue_list(self) -> list[QueueRecord]:
-        """Every queue, sorted by id. Called every tick: a queue's settings are
-        re-validated only when its stored row changed."""
+        """Every queue, sorted by id. Called every tick: a queue's spec is made
+        again only when its stored row changed."""
 
     async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
         """Pause or resume a queue. Returns False if there is no such queue."""
