@@ -100,6 +100,7 @@ class Budgets:
         self._paced: set[AccountKey] = set()
         self._queues: dict[str, str] = {}  # queue -> the declared partner it names
         self._served: dict[str, datetime] = {}  # queue -> when it last launched through one
+        self._tally: dict[str, list[int]] = {}  # partner -> [admitted, refused], in all
         # a queue that names no declared partner is its own: an account of its own
         # once its answers reported a budget (most queues never get one)
         self._own: dict[str, PartnerSpec] = {}
@@ -234,6 +235,7 @@ class Budgets:
             report.take(1.0 if report.bucket.unit == "requests" else cost)
         acct.in_flight += job.weight
         acct.accepted += 1
+        self._count(partner.id, 0)
         acct.last_used = now
         self._reserved[(job.queue, job.id)] = Reservation(
             account=(partner.id, key), weight=job.weight, taken=taken)
@@ -312,6 +314,7 @@ class Budgets:
         key = None if job is None else self.key_of(partner, job)
         acct = self.account(partner, key)
         acct.refused += 1
+        self._count(partner.id, 1)
         acct.learned.refused(now, launched_at=launched_at or now,
                              measured=acct.measured.per_second(now))
         return True
@@ -388,6 +391,23 @@ class Budgets:
         if partner is not None:
             key = None if job is None else self.key_of(partner, job)
             self.account(partner, key).refused += 1
+            self._count(partner.id, 1)
+
+    def _count(self, partner_id: str, which: int) -> None:
+        tally = self._tally.get(partner_id)
+        if tally is None:
+            tally = self._tally[partner_id] = [0, 0]
+        tally[which] += 1
+
+    def tally(self, partner_id: str) -> tuple[int, int]:
+        """Launches the partner's accounts admitted and tries it refused, in all (every
+        key together; kept when idle keys are forgotten): O(1)."""
+        admitted, refused = self._tally.get(partner_id, (0, 0))
+        return admitted, refused
+
+    def in_flight(self, partner_id: str) -> int:
+        """The weight in flight through the partner, every key together."""
+        return sum(acct.in_flight for _, acct in self.accounts(partner_id))
 
     def snapshot(self, partner_id: str, now: datetime, *, keys: int = 10) -> dict[str, Any]:
         """The partner as its owner sees it at ``now`` (JSON-ready): each bucket of the

@@ -24,7 +24,8 @@ own (``tests/unit/test_tick_plan.py``). The steps, in order:
 5. :meth:`TickPlan.launch`: the new tries sent in the background (:mod:`.launcher`).
 
 Then :meth:`TickPlan.finish`: the archives written behind by earlier ticks are
-counted, the partner's word saved, queues handed over.
+counted, the partner's word saved (and what the owner sees of its partners, once a
+second: :mod:`.seen`), queues handed over.
 
 Invariants: a job is never re-run from memory (once it leaves ``running`` it is
 saved and dropped, and runs again only after being fetched); no transaction is held
@@ -248,6 +249,7 @@ class TickPlan:
         engine.partner.stamp_held(now)
         engine.partner.keep_budgets(now, force=bool(self.handing_over))
         yield from engine.partner.save(now)
+        yield from engine.seen.save(now, engine.held, engine.runtimes)  # once a second
         if self.handing_over:  # scale-out: after the persist, see .leases
             queues = self.handing_over
             counters.ran((yield Collect(tuple(queues))))  # nothing of theirs left unwritten

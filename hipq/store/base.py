@@ -49,6 +49,7 @@ from hipq.store.records import (
     QueueStats,
     Response,
 )
+from hipq.store.seen import PartnerMinute, PartnerSeen
 
 
 class Store(Protocol):
@@ -467,6 +468,27 @@ class Store(Protocol):
 
     async def queue_state_save(self, states: Sequence[QueueState]) -> None:
         """Write these queue states (each whole), in one transaction."""
+
+    # -- what the owner sees of a partner (docs/http-api.md, "Partners") ---------------------
+
+    async def partner_seen_save(self, *, seen: Sequence[PartnerSeen],
+                                minutes: Sequence[PartnerMinute], before: datetime) -> None:
+        """The owner's word on its partners, in one transaction: each snapshot written
+        whole (its partner's row replaced); each minute added to its partner's row of
+        that minute (:func:`hipq.store.seen.added`: counts summed, ``in_flight_max``
+        the larger, learned rate and buckets replaced; a new row if none); then the
+        rows of the minutes' partners before ``before`` deleted (at most an hour of
+        minutes is kept per partner)."""
+
+    async def partner_seen_list(self, *, partners: Sequence[str] | None = None
+                                ) -> dict[str, PartnerSeen]:
+        """The partners' last snapshots by partner (None: every stored one); a
+        partner never written is absent."""
+
+    async def partner_minutes_list(self, *, partner: str, since: datetime
+                                   ) -> list[PartnerMinute]:
+        """The partner's minutes from ``since`` on, oldest first (a range of its
+        primary key: at most the hour kept)."""
 
     # -- why a job waits (docs/throttling.md) ----------------------------------------------
 

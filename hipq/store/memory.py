@@ -39,6 +39,7 @@ from hipq.store.memory_inbox import MemoryInbox
 from hipq.store.memory_intake import MemoryIntake
 from hipq.store.memory_jobs import MemoryJobs
 from hipq.store.memory_loop import MemoryLoop
+from hipq.store.memory_seen import MemorySeen
 from hipq.store.memory_tables import copied
 from hipq.store.records import Backoff, QueueRecord, QueueState
 from hipq.store.rows import queue_record, stored_settings
@@ -94,7 +95,7 @@ def _state_copy(state: QueueState) -> QueueState:
 
 
 @_one_turn_each
-class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
+class MemoryStore(MemoryIntake, MemorySeen, MemoryInbox, MemoryLoop, MemoryJobs):
     """The :class:`~hipq.store.base.Store` in memory (``dialect``: ``"memory"``)."""
 
     # -- lifecycle (no database: no-ops) ---------------------------------------------------

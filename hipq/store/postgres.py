@@ -51,6 +51,7 @@ from hipq.store.pg_persist import ends_parts, marks_of, persist_calls
 from hipq.store.pgsql import SQL, insert_jobs_call, to_json
 from hipq.store.postgres_intake import IntakeStatements
 from hipq.store.postgres_partner import PartnerStatements
+from hipq.store.postgres_seen import SeenStatements
 from hipq.store.records import (
     Change,
     InboxOutcome,
@@ -160,7 +161,7 @@ async def _listed(db: Any, queue: str, job_id: str, value_chars: int) -> ListedJ
     return None
 
 
-class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
+class PostgresStore(IntakeStatements, PartnerStatements, SeenStatements, PgConnections):
     """The :class:`~hipq.store.base.Store` on PostgreSQL (its pool, errors and
     checkouts: :class:`~hipq.store.pg_connections.PgConnections`)."""
 
