@@ -29,13 +29,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from hipq.jobs import Job
 from hipq.partners import headers as partner_headers
 from hipq.partners.buckets import Limit, Reported, Taken, Window, more_exact
 from hipq.partners.learning import CubicRate, LaunchRate, Pacer
-from hipq.paths import lookup
+from hipq.paths import MISSING, lookup
 from hipq.pause_scope import group_of
 from hipq.spec import PartnerSpec, QueueSpec
 from hipq.throttling import field_value
@@ -62,11 +62,15 @@ class Account:
     last_used: datetime | None = None
 
 
-@dataclass(slots=True)
-class Reservation:
+class Reservation(NamedTuple):
+    """What one try took (a tuple: one is made per launch)."""
+
     account: AccountKey
     weight: int
-    taken: list[tuple[Window, Taken]]
+    taken: Sequence[tuple[Window, Taken]]  # its cost in each cost bucket (to settle)
+
+
+NOTHING_TAKEN: tuple[tuple[Window, Taken], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +137,10 @@ class Budgets:
     def cost_of(partner: PartnerSpec, job: Job) -> float:
         """A launch's estimated cost: the number at ``cost.estimate`` in its data (a
         finite number >= 0), else ``cost.default``."""
-        if partner.cost_field is not None:
-            value = lookup(job.data, partner.cost_field)
+        field = partner.cost_field
+        if field is not None:
+            data = job.data
+            value = data.get(field, MISSING) if "." not in field else lookup(data, field)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 value = float(value)
                 if math.isfinite(value) and value >= 0:
@@ -177,31 +183,85 @@ class Budgets:
         self._queues[spec.id] = partner.id
         if not launch:
             return Admission([])
+        if partner.by is None and self._admit_whole(partner, launch, jobs, now):
+            self._served[spec.id] = now
+            return Admission(list(launch))
         admitted: list[str] = []
         blocked: set[str | None] = set()
+        counts: dict[str | None, int] = {}  # admitted per key: the measured rate
         held = 0
+        accounts: dict[str | None, Account] = {}
         for job_id in launch:
             job = jobs[job_id]
             key = self.key_of(partner, job)
             if key in blocked:
                 held += 1
                 continue
-            acct = self.account(partner, key)
-            if not self._fits(partner, acct, job, now):
+            acct = accounts.get(key)
+            if acct is None:
+                acct = accounts[key] = self.account(partner, key)
+            cost = self.cost_of(partner, job)
+            if not self._fits(partner, acct, job.weight, cost, now):
                 blocked.add(key)
                 self._paced.add((partner.id, key))
                 held += 1
                 continue
-            self._take(partner, acct, key, job, now)
+            self._take(partner, acct, key, job, cost, now)
+            counts[key] = counts.get(key, 0) + 1
             admitted.append(job_id)
         if admitted:
             self._served[spec.id] = now
-            for key in {self.key_of(partner, jobs[i]) for i in admitted} \
-                    if partner.by is not None else (None,):
-                self.account(partner, key).measured.launched(
-                    now, len(admitted) if partner.by is None else
-                    sum(1 for i in admitted if self.key_of(partner, jobs[i]) == key))
+            for key, count in counts.items():
+                accounts[key].measured.launched(now, count)
         return Admission(admitted, held)
+
+    def _admit_whole(self, partner: PartnerSpec, launch: Sequence[str],
+                     jobs: Mapping[str, Job], now: datetime) -> bool:
+        """The common case at one cost per launch: the whole batch fits the partner's
+        buckets and concurrency at once (nothing learned or reported binds it), and is
+        taken as one entry per bucket. False (nothing taken) when any part might not
+        fit: then each launch is offered in turn."""
+        acct = self.account(partner, None)
+        if acct.reported or acct.learned.w_max is not None:
+            return False
+        chosen = [jobs[i] for i in launch]
+        costly = any(w.limit.unit == "cost" for w in acct.windows)
+        costs = [self.cost_of(partner, job) for job in chosen] if costly else []
+        weight = sum(job.weight for job in chosen)
+        if partner.concurrency is not None and acct.in_flight + weight > partner.concurrency:
+            return False
+        total = sum(costs)
+        for window in acct.windows:
+            amount = float(len(chosen)) if window.limit.unit == "requests" else total
+            if window.used(now) + amount > window.limit.amount + 1e-9:
+                return False
+        entries: list[tuple[Window, Any]] = []
+        for window in acct.windows:
+            if window.limit.unit == "requests":
+                window.add(float(len(chosen)), now)
+            else:
+                entries.append((window, window.add(total, now)))
+        self._reserve_all(partner.id, chosen, costs, entries)
+        acct.in_flight += weight
+        acct.accepted += len(chosen)
+        tally = self._tally.get(partner.id)
+        if tally is None:
+            tally = self._tally[partner.id] = [0, 0]
+        tally[0] += len(chosen)
+        acct.last_used = now
+        acct.measured.launched(now, len(chosen))
+        return True
+
+    def _reserve_all(self, partner_id: str, chosen: Sequence[Job], costs: Sequence[float],
+                     entries: Sequence[tuple[Window, Any]]) -> None:
+        reserved, account = self._reserved, (partner_id, None)
+        if entries:
+            for n, job in enumerate(chosen):
+                reserved[(job.queue, job.id)] = Reservation(
+                    account, job.weight, [(w, Taken(entry, costs[n])) for w, entry in entries])
+        else:  # requests only: nothing to settle
+            for job in chosen:
+                reserved[(job.queue, job.id)] = Reservation(account, job.weight, NOTHING_TAKEN)
 
     def order(self, queues: Iterable[str]) -> list[str]:
         """The order step 2 offers queues in: the queues of no declared partner first,
@@ -210,11 +270,12 @@ class Budgets:
         served = self._served
         return sorted(queues, key=lambda q: (q in served, served.get(q, EPOCH), q))
 
-    def _fits(self, partner: PartnerSpec, acct: Account, job: Job, now: datetime) -> bool:
-        if partner.concurrency is not None and acct.in_flight + job.weight > partner.concurrency \
+    @staticmethod
+    def _fits(partner: PartnerSpec, acct: Account, weight: int, cost: float,
+              now: datetime) -> bool:
+        if partner.concurrency is not None and acct.in_flight + weight > partner.concurrency \
                 and acct.in_flight > 0:
             return False
-        cost = self.cost_of(partner, job)
         for window in acct.windows:
             amount = 1.0 if window.limit.unit == "requests" else cost
             if window.room_at(amount, now) > now:
@@ -223,14 +284,19 @@ class Budgets:
             amount = 1.0 if report.bucket.unit == "requests" else cost
             if report.room_at(amount, now) > now:
                 return False
+        if acct.learned.w_max is None:
+            return True
         rate = acct.learned.rate(now)
         return rate is None or acct.pacer.allow(rate, now, 1) > 0
 
     def _take(self, partner: PartnerSpec, acct: Account, key: str | None, job: Job,
-              now: datetime) -> None:
-        cost = self.cost_of(partner, job)
-        taken = [(w, w.take(1.0 if w.limit.unit == "requests" else cost, now))
-                 for w in acct.windows]
+              cost: float, now: datetime) -> None:
+        taken = []
+        for window in acct.windows:
+            if window.limit.unit == "requests":
+                window.add(1.0, now)  # a request is never settled
+            else:
+                taken.append((window, window.take(cost, now)))
         for report in acct.reported.values():
             report.take(1.0 if report.bucket.unit == "requests" else cost)
         acct.in_flight += job.weight
@@ -278,6 +344,8 @@ class Budgets:
         acct = self._accounts.get(reservation.account)
         if acct is not None:
             acct.in_flight = max(acct.in_flight - reservation.weight, 0)
+        if not reservation.taken:
+            return
         actual = usage_cost(reported)
         if actual is None:
             return

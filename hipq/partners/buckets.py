@@ -32,10 +32,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from hipq.partners.headers import ReportedBucket, Unit
 
 EPSILON = 1e-9
+EXPORT_BINS = 64  # a window is written for the next owner as this many merged bins
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +53,9 @@ class Limit:
         return f"{self.amount:g} {self.unit} per {self.per_seconds:g} s"
 
 
-class Taken:
-    """What one launch took from one window (kept to settle its cost)."""
+class _Entry:
+    """What the launches of one instant took from one window (a tick's launches
+    share one entry: the log grows by the tick, not by the launch)."""
 
     __slots__ = ("amount", "at", "live")
 
@@ -60,6 +63,24 @@ class Taken:
         self.at = at
         self.amount = amount
         self.live = True
+
+
+class Taken:
+    """What one launch took from one window (kept to settle its cost)."""
+
+    __slots__ = ("amount", "entry")
+
+    def __init__(self, entry: _Entry, amount: float) -> None:
+        self.entry = entry
+        self.amount = amount
+
+    @property
+    def at(self) -> datetime:
+        return self.entry.at
+
+    @property
+    def live(self) -> bool:
+        return self.entry.live
 
 
 class Window:
@@ -70,8 +91,15 @@ class Window:
             raise ValueError("a limit's amount and window must be positive")
         self.limit = limit
         self._span = timedelta(seconds=limit.per_seconds)
-        self._log: deque[Taken] = deque()
+        self._log: deque[_Entry] = deque()
         self._used = 0.0
+        # the log merged into EXPORT_BINS bins by absolute time, kept as it changes:
+        # slot -> [latest time, amount, entries] (what :meth:`export` writes)
+        self._width = limit.per_seconds / EXPORT_BINS
+        self._bins: dict[int, list[Any]] = {}
+
+    def _slot(self, at: datetime) -> int:
+        return int(at.timestamp() // self._width)
 
     def _expire(self, now: datetime) -> None:
         log = self._log
@@ -79,8 +107,15 @@ class Window:
             gone = log.popleft()
             gone.live = False
             self._used -= gone.amount
+            slot = self._slot(gone.at)
+            merged = self._bins[slot]
+            merged[1] -= gone.amount
+            merged[2] -= 1
+            if merged[2] == 0:
+                del self._bins[slot]
         if not log:
             self._used = 0.0  # no drift from float sums
+            self._bins.clear()
 
     def used(self, now: datetime) -> float:
         self._expire(now)
@@ -100,30 +135,41 @@ class Window:
         return self._log[-1].at + self._span  # the log empty then: it fits alone
 
     def take(self, amount: float, now: datetime) -> Taken:
-        """Record a launch at ``now`` (never before the last one recorded)."""
-        self._expire(now)
-        if self._log and now < self._log[-1].at:
-            now = self._log[-1].at
-        taken = Taken(now, amount)
-        self._log.append(taken)
-        self._used += amount
-        return taken
+        """Record a launch at ``now`` (never before the last one recorded), kept to
+        settle its cost."""
+        return Taken(self.add(amount, now), amount)
 
-    def export(self, now: datetime, bins: int = 64) -> list[tuple[float, float]]:
-        """What the window holds, for the next owner: (seconds before ``now``, amount),
-        at most ``bins`` entries. Entries are merged into bins of ``per_seconds / bins``
-        and each bin takes its latest time, so a restored window leaves the partner's
-        count no later than the original (never an over-run by the next owner)."""
+    def add(self, amount: float, now: datetime) -> _Entry:
+        """Record a launch at ``now`` (never before the last one recorded): the entry
+        it joined."""
         self._expire(now)
-        width = self.limit.per_seconds / bins
-        merged: dict[int, list[float]] = {}
-        for taken in self._log:
-            ago = max((now - taken.at).total_seconds(), 0.0)
-            slot = merged.setdefault(int(ago // width), [ago, 0.0])
-            slot[0] = min(slot[0], ago)  # the latest time: the smallest age
-            slot[1] += taken.amount
-        return [(round(ago, 3), round(amount, 6)) for ago, amount in
-                sorted(merged.values(), reverse=True)]
+        log = self._log
+        if log:
+            last = log[-1]
+            if now <= last.at:  # the same instant (or a clock step back): one entry
+                last.amount += amount
+                self._used += amount
+                self._bins[self._slot(last.at)][1] += amount
+                return last
+        entry = _Entry(now, amount)
+        log.append(entry)
+        self._used += amount
+        merged = self._bins.get(slot := self._slot(now))
+        if merged is None:
+            self._bins[slot] = [now, amount, 1]
+        else:
+            merged[0], merged[1], merged[2] = now, merged[1] + amount, merged[2] + 1
+        return entry
+
+    def export(self, now: datetime) -> list[tuple[float, float]]:
+        """What the window holds, for the next owner: (seconds before ``now``, amount),
+        at most ``EXPORT_BINS + 1`` entries. Entries are merged into bins of
+        ``per_seconds / EXPORT_BINS`` (kept as launches come and go, so this is cheap)
+        and each bin takes its latest time, so a restored window frees no sooner than
+        the original (never an over-run by the next owner)."""
+        self._expire(now)
+        return [(round(max((now - at).total_seconds(), 0.0), 3), round(amount, 6))
+                for at, amount, _ in sorted(self._bins.values(), key=lambda b: b[0])]
 
     def restore(self, entries: list[tuple[float, float]], now: datetime) -> None:
         """An earlier owner's :meth:`export` (ages relative to ``now``), in place of
@@ -136,8 +182,11 @@ class Window:
 
     def settle(self, taken: Taken, actual: float) -> None:
         """Put the actual cost in place of what ``taken`` reserved."""
-        if taken.live:
-            self._used += actual - taken.amount
+        entry, change = taken.entry, actual - taken.amount
+        if entry.live:
+            self._used += change
+            self._bins[self._slot(entry.at)][1] += change
+            entry.amount += change
         taken.amount = actual
 
 
