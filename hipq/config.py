@@ -42,9 +42,8 @@ from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
 from hipq.queue_settings import spec_of
 from hipq.spec import QueueSpec, RetrySpec
-from hipq.store.factory import DEFAULT_POOL_SIZE
 from hipq.throttling import windows
-from hipq.values import INT32_MAX
+from hipq.values import DEFAULT_POOL_SIZE, INT32_MAX
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"

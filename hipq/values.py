@@ -18,6 +18,7 @@ from typing import Any
 
 MAX_DEPTH = 64  # levels of objects/arrays inside a value
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # what both stores hold in a 64-bit integer
+DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 INT32_MAX = 2**31 - 1  # integer columns (attempt, priority, weight)
 
 

@@ -101,7 +101,7 @@ class Budgets:
         self.partners: dict[str, PartnerSpec] = dict(partners or {})
         self._accounts: dict[AccountKey, Account] = {}
         self._reserved: dict[TryKey, Reservation] = {}
-        self._paced: set[AccountKey] = set()
+        self._paced: dict[AccountKey, float] = {}  # held back: the cost of its first held
         self._queues: dict[str, str] = {}  # queue -> the declared partner it names
         self._served: dict[str, datetime] = {}  # queue -> when it last launched through one
         self._tally: dict[str, list[int]] = {}  # partner -> [admitted, refused], in all
@@ -203,7 +203,7 @@ class Budgets:
             cost = self.cost_of(partner, job)
             if not self._fits(partner, acct, job.weight, cost, now):
                 blocked.add(key)
-                self._paced.add((partner.id, key))
+                self._paced.setdefault((partner.id, key), cost)
                 held += 1
                 continue
             self._take(partner, acct, key, job, cost, now)
@@ -311,7 +311,7 @@ class Budgets:
         then): the earliest of its buckets' and its pace's times."""
         times: list[datetime] = []
         own = {p.id: p for p in self._own.values()}
-        for akey in self._paced:
+        for akey, cost in self._paced.items():
             acct = self._accounts.get(akey)
             partner = self.partners.get(akey[0]) or own.get(akey[0])
             if acct is None or partner is None:
@@ -319,14 +319,12 @@ class Budgets:
             rate = acct.learned.rate(now)
             if rate is not None:
                 times.append(acct.pacer.next_at(rate, now))
-            for window in acct.windows:
-                at = window.room_at(1.0 if window.limit.unit == "requests"
-                                    else partner.cost_default, now)
+            for window in acct.windows:  # when the held launch's own cost fits
+                at = window.room_at(1.0 if window.limit.unit == "requests" else cost, now)
                 if at > now:
                     times.append(at)
             for report in acct.reported.values():
-                at = report.room_at(1.0 if report.bucket.unit == "requests"
-                                    else partner.cost_default, now)
+                at = report.room_at(1.0 if report.bucket.unit == "requests" else cost, now)
                 if at > now:
                     times.append(at)
         self._paced.clear()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from hipq.errors import StoreError
 from hipq.store.base import Store
+from hipq.values import DEFAULT_POOL_SIZE as DEFAULT_POOL_SIZE  # PostgreSQL connections per process
 
-DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 MEMORY_URL = "memory://"  # a new store in memory at each open: tests only
 
 
