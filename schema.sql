@@ -1,4 +1,4 @@
--- hipq schema version 16. Generated from hipq/store/schema.py
+-- hipq schema version 17. Generated from hipq/store/schema.py
 -- (python -m hipq.store.schema > schema.sql); hipq migrate creates the same
 -- from hipq/store/migrations/postgresql/.
 
@@ -181,6 +181,25 @@ CREATE TABLE merged_jobs (
 	CONSTRAINT merged_jobs_pkey PRIMARY KEY (queue, id)
 );
 
+CREATE TABLE partner_minutes (
+	partner TEXT NOT NULL, 
+	minute TIMESTAMP WITH TIME ZONE NOT NULL, 
+	accepted BIGINT NOT NULL, 
+	refused BIGINT NOT NULL, 
+	in_flight_max BIGINT NOT NULL, 
+	learned_rate FLOAT, 
+	buckets JSONB NOT NULL, 
+	CONSTRAINT partner_minutes_pkey PRIMARY KEY (partner, minute)
+);
+
+CREATE TABLE partner_state (
+	partner TEXT NOT NULL, 
+	snapshot JSONB NOT NULL, 
+	updated_at TIMESTAMP WITH TIME ZONE NOT NULL, 
+	owner TEXT NOT NULL, 
+	PRIMARY KEY (partner)
+);
+
 CREATE TABLE queue_backoffs (
 	queue TEXT NOT NULL, 
 	scope TEXT NOT NULL, 
@@ -201,6 +220,7 @@ CREATE TABLE queue_state (
 	throttled_total BIGINT NOT NULL, 
 	learned_rate FLOAT, 
 	learned_since TIMESTAMP WITH TIME ZONE, 
+	budget JSONB, 
 	PRIMARY KEY (queue)
 );
 

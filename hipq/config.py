@@ -40,19 +40,14 @@ from hipq.config_partners import PartnerCost as PartnerCost
 from hipq.config_partners import PartnerLimit as PartnerLimit
 from hipq.errors import ConfigError
 from hipq.jobs import DEFAULT_PRIORITY, DEFAULT_TIMEOUT_SECONDS, DeliveryStrategy, Ordering
-from hipq.spec import (
-    AdaptiveSpec,
-    QueueSpec,
-    QuotaSpec,
-    RateLimitSpec,
-    RetrySpec,
-)
+from hipq.queue_settings import spec_of
+from hipq.spec import QueueSpec, RetrySpec
+from hipq.store.factory import DEFAULT_POOL_SIZE
 from hipq.throttling import windows
 from hipq.values import INT32_MAX
 
 DEFAULT_CONFIG_FILE = "hipq.yaml"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///hipq.db"
-DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 PLUGIN_PATH_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 DEFAULT_PLUGIN_MODULES = ("plugins", "hipq.contrib")
 MIN_SIGNING_KEY = 32  # characters of a configured ``signing_key``
@@ -283,32 +278,15 @@ class QueueConfig(_Strict):
             return self.critical_concurrency
         return self.concurrency
 
+    def stored(self) -> dict[str, Any]:
+        """These settings as the store keeps them (:mod:`hipq.queue_settings`): JSON
+        values by key, ``None`` values left out."""
+        return self.model_dump(mode="json", exclude_none=True)
+
     def to_spec(self) -> QueueSpec:
-        """The frozen, typed view the engine, throttlers and plugins work with."""
-        quotas, rate = self.quotas, self.rate_limit
-        return QueueSpec(
-            id=self.id, delivery_strategy=self.delivery_strategy, attempts=self.attempts,
-            concurrency=self.concurrency,
-            critical_concurrency=self.effective_critical_concurrency,
-            ordering=self.ordering, aging_seconds=self.aging_seconds,
-            timeout_seconds=self.timeout_seconds,
-            heartbeat_timeout_seconds=self.heartbeat_timeout_seconds,
-            default_weight=self.default_weight, timezone=self.timezone,
-            time_windows=None if self.time_windows is None else tuple(
-                MappingProxyType(w.model_dump()) for w in self.time_windows),
-            quotas=None if quotas is None else QuotaSpec(
-                field=quotas.field, shares=MappingProxyType(dict(quotas.shares)),
-                default=quotas.default, lend_unused=quotas.lend_unused),
-            rate_limit=None if rate is None else RateLimitSpec(
-                launches=rate.launches, per_seconds=rate.per_seconds, by=rate.by),
-            backoff=self.backoff.to_spec(),
-            adaptive=None if self.adaptive is None else AdaptiveSpec(
-                min=self.adaptive.min, increase_every=self.adaptive.increase_every,
-                decrease=self.adaptive.decrease),
-            merge_by_ordering_key=self.merge_by_ordering_key,
-            ordering_key_mode=self.ordering_key_mode, paused=self.paused,
-            custom_throttler=self.throttler is not None, retry=self.retry.to_spec(),
-            partner=self.partner)
+        """The frozen, typed view the engine, throttlers and plugins work with: the
+        one the store makes of :meth:`stored` (:func:`hipq.queue_settings.spec_of`)."""
+        return spec_of(self.stored())
 
 
 class DatabaseConfig(_Strict):

@@ -187,7 +187,9 @@ class Daemon:
             api = ApiServer(ApiDeps(service=service, config=self.settings.api, signer=signer,
                                     schedules=self.schedules, metrics=self.metrics,
                                     declared_queues={q.id: q for q in self.settings.queues},
-                                    trace_url=self.settings.dashboard.trace_url))
+                                    trace_url=self.settings.dashboard.trace_url,
+                                    partners={p.id: p.to_spec()
+                                              for p in self.settings.partners}))
         return _Opened(store=store, service=service, engine=engine,
                        intake=Intake(service, store, self.clock,
                                      max_bytes=self.settings.api.max_body_bytes),

@@ -106,7 +106,7 @@ class LiveListing:
         record = await store.queue_get(queue)
         if record is None:
             raise QueueNotFound(queue)
-        ordering = record.config.ordering
+        ordering = record.spec.ordering
         after = None if cursor is None else decode_cursor(cursor, state=state,
                                                            ordering=ordering)
         return cls(store, queue, state, ordering, after)

@@ -153,8 +153,21 @@ class QueueWord:
     learned_rate: float | None = None  # launches a second, learned from refusals
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartnerGauge:
+    """A declared partner as the owner of its queues last wrote it (docs/http-api.md,
+    "Partners"): each bucket's room by name (``requests_per_60s``), the weight in
+    flight, the learned rate (None: nothing learned)."""
+
+    partner: str
+    remaining: Mapping[str, float] = field(default_factory=dict)
+    in_flight: int = 0
+    learned_rate: float | None = None
+
+
 IntakeCounts = Mapping[str, tuple[int, int]]  # (pending, rejected) rows by queue
-GaugeReading = tuple[Sequence[QueueStats], Sequence[QueueWord], IntakeCounts]
+GaugeReading = tuple[Sequence[QueueStats], Sequence[QueueWord], IntakeCounts,
+                     Sequence[PartnerGauge]]
 
 
 @dataclass(slots=True)
@@ -165,6 +178,7 @@ class QueueGauges:
     stats: Sequence[QueueStats] = ()
     words: Sequence[QueueWord] = ()
     intake: IntakeCounts = field(default_factory=dict)
+    partners: Sequence[PartnerGauge] = ()  # the declared partners
 
 
 def intake_by_label(known: Sequence[str], counts: IntakeCounts) -> dict[str, tuple[int, int]]:
@@ -250,7 +264,8 @@ class Metrics:
         async with self._refreshing:
             if (self._stats_at is None
                     or self._monotonic() - self._stats_at >= GAUGE_CACHE_SECONDS):
-                self.gauges.stats, self.gauges.words, self.gauges.intake = await read()
+                (self.gauges.stats, self.gauges.words, self.gauges.intake,
+                 self.gauges.partners) = await read()
                 self._stats_at = self._monotonic()
 
 

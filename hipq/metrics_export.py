@@ -100,6 +100,7 @@ def queue_families(gauges: QueueGauges) -> Iterator[Metric]:
     yield from (jobs, weight, lag)
     yield from _partner(gauges)
     yield from _intake(gauges)
+    yield from _partners(gauges)
 
 
 def _partner(gauges: QueueGauges) -> Iterator[Metric]:
@@ -140,3 +141,23 @@ def _intake(gauges: QueueGauges) -> Iterator[Metric]:
         pending.add_metric([queue], waiting)
         rejected.add_metric([queue], refused)
     yield from (pending, rejected)
+
+
+def _partners(gauges: QueueGauges) -> Iterator[Metric]:
+    """The declared partners, each whole (never per key: the labels stay bounded)."""
+    remaining = GaugeMetricFamily("hipq_partner_budget_remaining", "What a partner's "
+                                  "bucket has left (requests or cost) as the owner of its "
+                                  "queues last wrote it; with by, the fullest key's",
+                                  labels=["partner", "bucket"])
+    in_flight = GaugeMetricFamily("hipq_partner_in_flight", "The weight in flight through "
+                                  "a partner, every queue and key together", labels=["partner"])
+    learned = GaugeMetricFamily("hipq_partner_learned_rate", "The launch rate learned of a "
+                                "partner from refusals that gave no time, a second (absent: "
+                                "nothing learned)", labels=["partner"])
+    for p in gauges.partners:
+        for bucket, room in p.remaining.items():
+            remaining.add_metric([p.partner, bucket], room)
+        in_flight.add_metric([p.partner], p.in_flight)
+        if p.learned_rate is not None:
+            learned.add_metric([p.partner], p.learned_rate)
+    yield from (remaining, in_flight, learned)

@@ -122,7 +122,7 @@ class Hipq:
             known = ", ".join(sorted(self.partners)) or "none"
             raise ValidationError(f"queue {config.id!r}: partner {config.partner!r} is not "
                                   f"declared under partners (declared: {known})")
-        created = await self.store.queue_upsert(config, now=self.clock.now())
+        created = await self.store.queue_upsert(config.stored(), now=self.clock.now())
         self._configs.pop(config.id, None)
         self._wake()
         return created
@@ -141,7 +141,7 @@ class Hipq:
         cached = self._configs.get(queue)
         if cached is not None and now - cached[0] < QUEUE_CACHE_SECONDS:
             return cached[1]
-        config = (await self.get_queue(queue)).config
+        config = queue_config(await self.get_queue(queue))
         self._configs[queue] = (now, config)
         return config
 
@@ -256,7 +256,7 @@ class Hipq:
         if item is None or record is None or row.enqueued_at is None:
             return None  # it will be rejected: GET /v1/intake?status=rejected
         try:
-            return build_job(record.config, item[0], item[1], row.enqueued_at, token="",
+            return build_job(queue_config(record), item[0], item[1], row.enqueued_at, token="",
                              trace=item[1].trace)
         except ValidationError:
             return None
@@ -270,7 +270,7 @@ class Hipq:
         record = await self.store.queue_get(job.queue)
         if record is None:
             return None
-        facts = Facts(job=job, queue=record.config.to_spec(), now=self.clock.now(),
+        facts = Facts(job=job, queue=record.spec, now=self.clock.now(),
                       paused=record.paused)
         if not facts.paused and job.run_at <= facts.now:  # else nothing more matters
             facts = await self._wait_facts(facts)
@@ -325,7 +325,7 @@ class Hipq:
                                  weight=original.weight, expires_at=original.expires_at,
                                  timeout_seconds=original.timeout_seconds,
                                  ordering_key=original.ordering_key, critical=original.critical)
-        config = (await self.get_queue(queue)).config
+        config = queue_config(await self.get_queue(queue))
         job = replace(build_job(config, new_job_id(), request, now, trace=original.trace),
                       replay_of=original.id,
                       data=original.data)
@@ -408,7 +408,7 @@ class Hipq:
                                  response: ResponseRequest) -> tuple[str, int | None]:
         """A response whose key the queue's ``correlation.response`` template (or
         plugin) finds in ``scope``; returns the key and the inbox row id."""
-        config = (await self.get_queue(queue)).config
+        config = queue_config(await self.get_queue(queue))
         key = response_key(config.correlation, scope)
         return key, await self.report_response(key, response, source="http")
 
@@ -447,6 +447,12 @@ def response_digest(correlation_key: str, response: ResponseRequest, *,
               "error": response.error, "extend_seconds": response.extend_seconds,
               "retry_after_seconds": response.retry_after_seconds}
     return hashlib.sha256(_DIGEST_JSON([correlation_key, fields]).encode()).hexdigest()
+
+
+def queue_config(record: QueueRecord) -> QueueConfig:
+    """A queue's stored settings as the edge's model, validated again (the store
+    keeps them as JSON): what builds its jobs and what the API echoes."""
+    return QueueConfig.model_validate(record.settings)
 
 
 def validate_queue(config: QueueConfig) -> None:

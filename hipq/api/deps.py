@@ -12,6 +12,7 @@ from hipq.config import ApiConfig, QueueConfig
 from hipq.metrics import Metrics
 from hipq.responses.signing import Signer
 from hipq.service import Hipq
+from hipq.spec import PartnerSpec
 
 if TYPE_CHECKING:
     from hipq.schedules import Schedules
@@ -28,6 +29,8 @@ class ApiDeps:
     # (docs/configuration.md, "Queues from the file and from the API")
     declared_queues: Mapping[str, QueueConfig] = field(default_factory=dict)
     trace_url: str | None = None  # dashboard.trace_url: the job page's trace link
+    # the partners declared in the settings (GET /v1/partners, hipq/api/partners_page.py)
+    partners: Mapping[str, PartnerSpec] = field(default_factory=dict)
 
 
 DEPS = web.AppKey("hipq_deps", ApiDeps)

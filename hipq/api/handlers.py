@@ -44,7 +44,7 @@ from hipq.errors import QueueNotFound
 from hipq.jobs import JOB_ID_PATTERN, Job, JobState, is_job_id
 from hipq.json_types import type_problem
 from hipq.responses.signing import connection_name
-from hipq.service import Hipq
+from hipq.service import Hipq, queue_config
 from hipq.store import InsertStatus, JobHistory, QueueRecord, QueueStats
 from hipq.values import MAX_DEPTH, json_problem
 
@@ -88,10 +88,10 @@ def queue_out(record: QueueRecord, stats: QueueStats | None, *, admin: bool,
     """The queue as JSON: secrets as "***"; for other roles than admin, the target
     URL without userinfo and with its query values masked too. With ``snapshot``,
     the partner's word on it (docs/throttling.md) at ``now``."""
-    config = QueueConfig.model_validate(redacted(record.config, urls=not admin))
+    config = QueueConfig.model_validate(redacted(queue_config(record), urls=not admin))
     word: dict[str, Any] = {}
     if snapshot is not None and now is not None:
-        told = snapshot.word(record.id, record.config, now)
+        told = snapshot.word(record.id, record.spec, now)
         word = {"backoff": [b.to_json() for b in
                             snapshot.pauses_in_force(record.id, now, PAUSES_SHOWN)],
                 "effective_concurrency": told.effective_concurrency, "held": told.held,
@@ -122,7 +122,7 @@ async def _one_queue(request: web.Request, queue: str) -> QueueOut:
     if stats is None:
         stats = QueueStats(queue=queue, paused=record.paused, queued=0, due=0, running=0,
                            running_weight=0, oldest_due_age_seconds=None,
-                           concurrency=record.config.concurrency)
+                           concurrency=record.spec.concurrency)
     return queue_out(record, stats, admin=request_role(request) is Role.ADMIN,
                      snapshot=snapshot, now=service.clock.now())
 
@@ -135,7 +135,7 @@ async def create_queue(request: web.Request) -> web.Response:
     check_plugin_modules(config, request.app[DEPS].config.plugin_modules)  # before any import
     service = _service(request)
     try:
-        stored: QueueConfig | None = (await service.get_queue(config.id)).config
+        stored: QueueConfig | None = queue_config(await service.get_queue(config.id))
     except QueueNotFound:
         stored = None
     config = keep_secrets(config, stored)

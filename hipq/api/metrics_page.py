@@ -2,7 +2,8 @@
 The queue gauges are refreshed at most every 2 s, however often Prometheus (or
 several of them) scrape: each refresh renews the snapshot the queue routes share
 (:mod:`hipq.api.stats_cache`: counts, the partner's word and the intake) and reads
-the queue list (each queue's concurrency settings)."""
+the queue list (each queue's concurrency settings), and what the owners wrote of the
+declared partners (one row each: hipq.api.partners_page)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import weakref
 from aiohttp import web
 
 from hipq.api.deps import DEPS
+from hipq.api.partners_page import partner_gauges
 from hipq.api.stats_cache import STATS
 from hipq.metrics import CONTENT_TYPE, GaugeReading, Metrics
 
@@ -33,8 +35,8 @@ async def _reading(app: web.Application) -> GaugeReading:
     snapshot = await app[STATS].get(max_age=0)  # the gauges are cached (hipq.metrics)
     records = await service.list_queues()
     now = service.clock.now()
-    return (snapshot.queues, [snapshot.word(r.id, r.config, now) for r in records],
-            snapshot.intake)
+    return (snapshot.queues, [snapshot.word(r.id, r.spec, now) for r in records],
+            snapshot.intake, await partner_gauges(app))
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"\{([A-Za-z_]+)\}")
 _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     "queue": {"type": "string", "pattern": QUEUE_ID_PATTERN},
+    "partner": {"type": "string", "pattern": QUEUE_ID_PATTERN},
     "id": {"type": "string", "pattern": JOB_ID_PATTERN},
     "key": {"type": "string", "minLength": 1, "maxLength": 500},
     "tail": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^/]+$"},

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from pydantic import BaseModel
 
-from hipq.api import dashboard, intake_page, metrics_page, queued_jobs, responses_page
+from hipq.api import (
+    dashboard,
+    intake_page,
+    metrics_page,
+    partners_page,
+    queued_jobs,
+    responses_page,
+)
 from hipq.api import handlers as h
 from hipq.api import job_search as search
 from hipq.api import outcome_history as outcomes
@@ -145,6 +152,14 @@ ROUTES: tuple[Route, ...] = (
           tags=("operations",), summary="This daemon's job outcomes of the last hour, per "
           "minute, of one queue or all (kept in memory: empty after a restart)",
           query=outcomes.OutcomesQuery, answers={200: outcomes.OutcomesOut}),
+    Route(method="GET", path="/v1/partners", handler=partners_page.list_partners, role=R,
+          tags=("partners",), summary="Every declared partner with its buckets, concurrency "
+          "in use and learned rate, as the owner of its queues last wrote them",
+          answers={200: partners_page.PartnerList}),
+    Route(method="GET", path="/v1/partners/{partner}", handler=partners_page.get_partner, role=R,
+          tags=("partners",), summary="One declared partner: its buckets, concurrency in "
+          "use, learned rate, busiest keys and last hour per minute (accepted, refused)",
+          answers={200: partners_page.PartnerOut, 404: ErrorOut}),
     Route(method="GET", path="/v1/schedules", handler=sched.list_schedules, role=R,
           tags=("schedules",), summary="The recurring schedules with their next fire time",
           answers={200: ScheduleList}),

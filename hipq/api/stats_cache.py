@@ -27,10 +27,10 @@ from datetime import datetime
 from aiohttp import web
 
 from hipq.clock import Clock, SystemClock
-from hipq.config import QueueConfig
 from hipq.engine.partner import effective_limit, learned_rate
 from hipq.metrics import QueueWord
 from hipq.service import Hipq
+from hipq.spec import QueueSpec
 from hipq.store import QueueStats
 from hipq.store.records import Backoff, QueueState
 
@@ -66,17 +66,17 @@ class Snapshot:
         found = [b for b in self.pauses.get(queue_id, ()) if b.until > now]
         return found if limit is None else found[:limit]
 
-    def word(self, queue_id: str, config: QueueConfig, now: datetime) -> QueueWord:
+    def word(self, queue_id: str, spec: QueueSpec, now: datetime) -> QueueWord:
         """The partner's word on the queue at ``now``: its pauses in force, the
         concurrency in force (the adaptive limit, else the configured one), the held
         jobs of its last tick and its throttled tries."""
         state = self.states.get(queue_id)
-        adaptive = config.adaptive
+        adaptive = spec.adaptive
         return QueueWord(
             queue=queue_id, paused_scopes=len(self.pauses_in_force(queue_id, now)),
             throttled_total=0 if state is None else state.throttled_total,
             effective_concurrency=effective_limit(
-                config.concurrency, None if adaptive is None else adaptive.min,
+                spec.concurrency, None if adaptive is None else adaptive.min,
                 None if state is None else state.effective),
             held=dict(state.held or {}) if state is not None else {},
             learned_rate=None if state is None else learned_rate(state, now))

@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hipq.jobs import Job
-from hipq.partners.buckets import Limit, Taken, Window
+from hipq.partners import headers as partner_headers
+from hipq.partners.buckets import Limit, Reported, Taken, Window, more_exact
 from hipq.partners.learning import CubicRate, LaunchRate, Pacer
 from hipq.paths import lookup
 from hipq.pause_scope import group_of
@@ -51,6 +52,7 @@ class Account:
     """One partner's budget (or one key's of it)."""
 
     windows: list[Window]
+    reported: dict[str, Reported] = field(default_factory=dict)  # by the partner's name
     in_flight: int = 0
     learned: CubicRate = field(default_factory=CubicRate)
     measured: LaunchRate = field(default_factory=LaunchRate)
@@ -98,10 +100,23 @@ class Budgets:
         self._paced: set[AccountKey] = set()
         self._queues: dict[str, str] = {}  # queue -> the declared partner it names
         self._served: dict[str, datetime] = {}  # queue -> when it last launched through one
+        self._tally: dict[str, list[int]] = {}  # partner -> [admitted, refused], in all
+        # a queue that names no declared partner is its own: an account of its own
+        # once its answers reported a budget (most queues never get one)
+        self._own: dict[str, PartnerSpec] = {}
 
     # -- what a queue's partner is -------------------------------------------------------
 
     def partner_of(self, spec: QueueSpec) -> PartnerSpec | None:
+        """The declared partner the queue names, else the queue as its own partner
+        once its answers reported a budget; None: nothing to count."""
+        if spec.partner is not None:
+            declared = self.partners.get(spec.partner)
+            if declared is not None:
+                return declared
+        return self._own.get(spec.id)
+
+    def declared(self, spec: QueueSpec) -> PartnerSpec | None:
         """The declared partner the queue names (None: it is its own partner, or it
         names one this daemon's settings do not declare)."""
         return None if spec.partner is None else self.partners.get(spec.partner)
@@ -181,6 +196,11 @@ class Budgets:
             admitted.append(job_id)
         if admitted:
             self._served[spec.id] = now
+            for key in {self.key_of(partner, jobs[i]) for i in admitted} \
+                    if partner.by is not None else (None,):
+                self.account(partner, key).measured.launched(
+                    now, len(admitted) if partner.by is None else
+                    sum(1 for i in admitted if self.key_of(partner, jobs[i]) == key))
         return Admission(admitted, held)
 
     def order(self, queues: Iterable[str]) -> list[str]:
@@ -199,6 +219,10 @@ class Budgets:
             amount = 1.0 if window.limit.unit == "requests" else cost
             if window.room_at(amount, now) > now:
                 return False
+        for report in acct.reported.values():
+            amount = 1.0 if report.bucket.unit == "requests" else cost
+            if report.room_at(amount, now) > now:
+                return False
         rate = acct.learned.rate(now)
         return rate is None or acct.pacer.allow(rate, now, 1) > 0
 
@@ -207,10 +231,12 @@ class Budgets:
         cost = self.cost_of(partner, job)
         taken = [(w, w.take(1.0 if w.limit.unit == "requests" else cost, now))
                  for w in acct.windows]
+        for report in acct.reported.values():
+            report.take(1.0 if report.bucket.unit == "requests" else cost)
         acct.in_flight += job.weight
         acct.accepted += 1
+        self._count(partner.id, 0)
         acct.last_used = now
-        acct.measured.launched(now)
         self._reserved[(job.queue, job.id)] = Reservation(
             account=(partner.id, key), weight=job.weight, taken=taken)
 
@@ -218,9 +244,10 @@ class Budgets:
         """When an account that held launches back may have room again (a tick is due
         then): the earliest of its buckets' and its pace's times."""
         times: list[datetime] = []
+        own = {p.id: p for p in self._own.values()}
         for akey in self._paced:
             acct = self._accounts.get(akey)
-            partner = self.partners.get(akey[0])
+            partner = self.partners.get(akey[0]) or own.get(akey[0])
             if acct is None or partner is None:
                 continue
             rate = acct.learned.rate(now)
@@ -228,6 +255,11 @@ class Budgets:
                 times.append(acct.pacer.next_at(rate, now))
             for window in acct.windows:
                 at = window.room_at(1.0 if window.limit.unit == "requests"
+                                    else partner.cost_default, now)
+                if at > now:
+                    times.append(at)
+            for report in acct.reported.values():
+                at = report.room_at(1.0 if report.bucket.unit == "requests"
                                     else partner.cost_default, now)
                 if at > now:
                     times.append(at)
@@ -255,9 +287,14 @@ class Budgets:
 
     def drop_queue(self, queue: str) -> None:
         """The queue is no longer ours: its reservations go (the next owner counts its
-        tries as it adopts them)."""
-        self._queues.pop(queue, None)
+        tries as it adopts them); once none of its partner's queues is ours, the
+        partner's accounts go too (a later owner of them restores what was saved)."""
+        partner_id = self._queues.pop(queue, None)
+        if partner_id is not None and partner_id not in self._queues.values():
+            for akey in [k for k in self._accounts if k[0] == partner_id]:
+                del self._accounts[akey]
         self._served.pop(queue, None)
+        self._own.pop(queue, None)
         for tkey in [k for k in self._reserved if k[0] == queue]:
             reservation = self._reserved.pop(tkey)
             acct = self._accounts.get(reservation.account)
@@ -271,12 +308,13 @@ class Budgets:
         """A refusal that gave no time, of a queue that names a partner: the partner's
         (or the key's) learned rate drops, once a round. False when the queue names no
         declared partner."""
-        partner = self.partner_of(spec)
+        partner = self.declared(spec)
         if partner is None:
             return False
         key = None if job is None else self.key_of(partner, job)
         acct = self.account(partner, key)
         acct.refused += 1
+        self._count(partner.id, 1)
         acct.learned.refused(now, launched_at=launched_at or now,
                              measured=acct.measured.per_second(now))
         return True
@@ -301,12 +339,75 @@ class Budgets:
                                           and learned.since > acct.learned.since):
             acct.learned = CubicRate(w_max=learned.w_max, since=learned.since)
 
+    def reported(self, spec: QueueSpec, job: Job, headers: Iterable[tuple[str, str]],
+                 now: datetime) -> None:
+        """An answer's rate-limit headers: each bucket the partner reported replaces
+        the one held where it leaves less room (or the held one has reset); a queue
+        with no declared partner gets an account of its own for them."""
+        report = partner_headers.read(headers, now,
+                                      max_seconds=spec.backoff.max_partner_seconds)
+        if not report.buckets:
+            return
+        partner = self.partner_of(spec)
+        if partner is None:
+            partner = self._own[spec.id] = PartnerSpec(id=f"queue {spec.id}")
+        acct = self.account(partner, self.key_of(partner, job))
+        for bucket in report.buckets:
+            held = acct.reported.get(bucket.name)
+            if more_exact(held, bucket, now):
+                acct.reported[bucket.name] = Reported(bucket, now)
+
+    def export(self, partner_id: str, now: datetime) -> dict[str, Any] | None:
+        """What the partner's buckets hold, for the next owner (JSON-ready; None when
+        nothing is held): per account, each window's :meth:`Window.export`."""
+        out = []
+        for key, acct in self.accounts(partner_id):
+            windows = [w.export(now) for w in acct.windows]
+            if any(windows):
+                out.append({"key": key, "windows": windows})
+        if not out:
+            return None
+        return {"saved_at": now.isoformat(), "accounts": out[:MAX_KEYS]}
+
+    def restore(self, partner_id: str, saved: Any, now: datetime) -> None:
+        """An earlier owner's :meth:`export`: the ages count from when it was saved
+        (what was launched since, by a daemon that died, is not known)."""
+        partner = self.partners.get(partner_id)
+        if partner is None or not isinstance(saved, dict):
+            return
+        try:
+            saved_at = datetime.fromisoformat(saved["saved_at"])
+            for entry in saved["accounts"]:
+                acct = self.account(partner, entry["key"])
+                for window, entries in zip(acct.windows, entry["windows"], strict=False):
+                    shift = max((now - saved_at).total_seconds(), 0.0)
+                    window.restore([(float(a) + shift, float(m)) for a, m in entries], now)
+        except (KeyError, TypeError, ValueError):
+            return  # written by another version: start afresh
+
     def heard(self, spec: QueueSpec, job: Job | None) -> None:
         """A refusal with a time (a pause), counted for the partner's figures."""
-        partner = self.partner_of(spec)
+        partner = self.declared(spec)
         if partner is not None:
             key = None if job is None else self.key_of(partner, job)
             self.account(partner, key).refused += 1
+            self._count(partner.id, 1)
+
+    def _count(self, partner_id: str, which: int) -> None:
+        tally = self._tally.get(partner_id)
+        if tally is None:
+            tally = self._tally[partner_id] = [0, 0]
+        tally[which] += 1
+
+    def tally(self, partner_id: str) -> tuple[int, int]:
+        """Launches the partner's accounts admitted and tries it refused, in all (every
+        key together; kept when idle keys are forgotten): O(1)."""
+        admitted, refused = self._tally.get(partner_id, (0, 0))
+        return admitted, refused
+
+    def in_flight(self, partner_id: str) -> int:
+        """The weight in flight through the partner, every key together."""
+        return sum(acct.in_flight for _, acct in self.accounts(partner_id))
 
     def snapshot(self, partner_id: str, now: datetime, *, keys: int = 10) -> dict[str, Any]:
         """The partner as its owner sees it at ``now`` (JSON-ready): each bucket of the
@@ -327,7 +428,13 @@ class Budgets:
                              "used": round(w.used(now), 3),
                              "room_at": w.room_at(1.0 if w.limit.unit == "requests"
                                                   else partner.cost_default, now),
-                             "source": "configured"} for w in acct.windows]}
+                             "source": "configured"} for w in acct.windows]
+                + [{"unit": r.bucket.unit, "name": name, "limit": r.bucket.limit,
+                    "per_seconds": r.bucket.window_seconds,
+                    "remaining": round(max(r.room(now), 0.0), 3)
+                    if not r.expired(now) else None,
+                    "room_at": r.room_at(1.0, now), "resets_at": r.bucket.reset_at,
+                    "source": "partner"} for name, r in acct.reported.items()]}
 
         busiest = sorted(((key, acct) for key, acct in accounts if key is not None),
                          key=lambda pair: (-pair[1].in_flight, -pair[1].accepted,
@@ -337,9 +444,21 @@ class Budgets:
                 "keys": [{"key": key, **described(acct)} for key, acct in busiest],
                 "key_count": sum(1 for key, _ in accounts if key is not None)}
 
+    def leads(self) -> dict[str, str]:
+        """Each declared partner step 2 saw, with its first queue (where its buckets are
+        kept for the next owner)."""
+        out: dict[str, str] = {}
+        for queue, partner_id in sorted(self._queues.items()):
+            out.setdefault(partner_id, queue)
+        return out
+
+    def fresh(self, partner_id: str) -> bool:
+        """Whether nothing of the partner is held here yet (a restore may fill it)."""
+        return not any(True for _ in self.accounts(partner_id))
+
     def siblings(self, spec: QueueSpec) -> list[str]:
         """The other queues naming the same declared partner, as step 2 last saw them."""
-        partner = self.partner_of(spec)
+        partner = self.declared(spec)
         if partner is None:
             return []
         return sorted(q for q, p in self._queues.items() if p == partner.id and q != spec.id)

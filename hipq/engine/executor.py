@@ -193,7 +193,7 @@ class Executor:
         launcher = self.launcher
         idle = frozenset(q for q in request.releasing if not launcher.busy(q))
         return Answers(spent=launcher.take_spent(), outcomes=launcher.take_outcomes(),
-                       idle=idle)
+                       idle=idle, reports=launcher.take_reports())
 
     async def _moved(self, request: Moved) -> None:
         self.vacuum.count(request.count)

@@ -116,5 +116,5 @@ def _retry_of(engine: Reconciler,
     try:  # built here when this tick's fetch has not built it yet
         runtime = engine.runtimes.get(record)
     except HipqError:
-        return record.config.to_spec(), None
+        return record.spec, None
     return runtime.spec, runtime.retry

@@ -83,6 +83,7 @@ class Launcher:
         self._confirm: list[tuple[str, str, int]] = []
         self._outcomes: list[LaunchResult] = []
         self._spent: list[tuple[Job, Any]] = []  # accepted launches whose budget is spent
+        self._reports: list[tuple[Job, Any]] = []  # accepted launches' rate-limit headers
         self._flush_lock = asyncio.Lock()
         # per queue: launches not yet recorded (confirmed in the database, or their
         # outcome in memory for the next tick); a handover waits for zero
@@ -161,6 +162,8 @@ class Launcher:
         if self.on_answered is not None:
             self.on_answered(result.job, self.clock.now)
         if isinstance(result.outcome, Accepted):
+            if result.outcome.budget:
+                self._reports.append((result.job, result.outcome.budget))
             if result.outcome.spent is not None:
                 self._spent.append((result.job, result.outcome.spent))
                 if self.on_wake is not None:
@@ -228,6 +231,12 @@ class Launcher:
         """Accepted launches whose partner said its budget is spent (with the reset),
         since the last call."""
         out, self._spent = self._spent, []
+        return out
+
+    def take_reports(self) -> list[tuple[Job, Any]]:
+        """Accepted launches whose answer carried rate-limit headers (the headers),
+        since the last call."""
+        out, self._reports = self._reports, []
         return out
 
     def take_outcomes(self) -> list[LaunchResult]:

@@ -16,6 +16,14 @@ under it, it takes free or expired leases up to its share. A daemon that joins
 thus gets its share within two renewals after the others released theirs, well
 inside ``2 x lease_seconds``.
 
+Units. Queues that name one declared partner are one *unit* (docs/throttling.md,
+"Partners": their budget is exact only with one owner): the fair share counts
+units, a daemon takes a unit whole (every queue of it free) and hands it over
+whole. A unit split between daemons (a queue named the partner after its siblings
+were leased elsewhere) goes to the owner of its first queue: another holder hands
+its part over, and the engine launches nothing of a unit it does not hold whole
+(:meth:`Leases.whole`). Every other queue is a unit of its own.
+
 Failure modes: a daemon that dies stops renewing; after ``lease_seconds`` another
 daemon acquires the queue and adopts its running jobs (:func:`adopt`): confirmed
 launches keep waiting for their response or deadline, unconfirmed ones fail with
@@ -33,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -91,6 +99,8 @@ class Leases:
         self._renewed_at: datetime | None = None
         self._seen: set[str] = set()
         self._lost: set[str] = set()  # found lost by a renewal, not yet reported
+        self._units: dict[str, str] = {}  # queue -> its unit, for queues sharing one
+        self._groups: dict[str, list[str]] = {}  # unit -> its queues, sorted
 
     @property
     def renew_every(self) -> timedelta:
@@ -119,13 +129,28 @@ class Leases:
             self.releasing &= kept
         self._renewed_at = now
 
-    def refresh(self, queues: Collection[str], now: datetime) -> Alone:
-        """In a tick: renew when due, rebalance towards the fair share; answers what
-        was gained and lost since the last call (a :class:`LeaseChange`)."""
-        return Alone("leases", self._refresh(queues, now))
+    def refresh(self, queues: Collection[str], now: datetime,
+                units: Mapping[str, str] | None = None) -> Alone:
+        """In a tick: renew when due, rebalance towards the fair share (``units``:
+        queue -> its unit, for the queues that share one); answers what was gained and
+        lost since the last call (a :class:`LeaseChange`)."""
+        return Alone("leases", self._refresh(queues, now, units or {}))
 
-    def _refresh(self, queues: Collection[str], now: datetime) -> Plan[LeaseChange]:
+    def whole(self, queue: str) -> bool:
+        """Whether this daemon holds every queue of ``queue``'s unit (launches of a
+        unit held in part wait: its budget is exact with one owner only)."""
+        unit = self._units.get(queue)
+        return unit is None or all(q in self.held for q in self._groups.get(unit, ()))
+
+    def _refresh(self, queues: Collection[str], now: datetime,
+                 units: Mapping[str, str]) -> Plan[LeaseChange]:
         gained: set[str] = set()
+        if dict(units) != self._units:
+            self._units = dict(units)
+            self._groups = {}
+            for queue in sorted(units):
+                self._groups.setdefault(units[queue], []).append(queue)
+            self.force = True
         if self.force or self.due(now) or set(queues) != self._seen:
             self.force = False
             gained = yield from self._rebalance(set(queues), now)
@@ -144,29 +169,69 @@ class Leases:
             self.held -= gone
             self.releasing -= gone
         yield from self._renew(now)
-        share = fair_share(len(queues), len(self.live))
+        groups: dict[str, list[str]] = {}
+        for queue in sorted(queues):
+            groups.setdefault(self._units.get(queue, queue), []).append(queue)
+        share = fair_share(len(groups), len(self.live))
         if self.stopping:
             return set()
-        if len(self.held) > share:
-            excess = sorted(self.held)[share:]
-            self.held -= set(excess)
-            self.releasing |= set(excess)
-            log.info("handing over %d queues (share %d of %d queues, %d daemons)",
-                     len(excess), share, len(queues), len(self.live),
+        mine = {u for u, members in groups.items() if any(q in self.held for q in members)}
+        leases: dict[str, tuple[str, datetime]] | None = None
+        if any(not all(q in self.owned for q in groups[u]) for u in mine):
+            leases = yield call("lease_list")
+            self._settle_split(groups, mine, leases, now)
+        if len(mine) > share:
+            excess = [q for u in sorted(mine)[share:] for q in groups[u] if q in self.held]
+            self._hand_over(excess)
+            log.info("handing over %d queues (share %d of %d units, %d daemons)",
+                     len(excess), share, len(groups), len(self.live),
                      extra={"action": "handover_start"})
             return set()
-        want = share - len(self.owned)
-        if want <= 0:
+        want = share - len(mine)
+        if leases is None:
+            if want <= 0 and all(all(q in self.owned for q in groups[u]) for u in mine):
+                return set()
+            leases = yield call("lease_list")
+        wanted = self._wanted(groups, mine, leases, want, now)
+        if not wanted:
             return set()
-        leases = yield call("lease_list")
-        free = [q for q in sorted(queues - self.owned)
-                if q not in leases or leases[q][1] < now]
-        if not free:
-            return set()
-        got: set[str] = yield call("lease_acquire_many", queues=free[:want],
+        got: set[str] = yield call("lease_acquire_many", queues=wanted,
                                    owner=self.owner, now=now, seconds=self.lease_seconds)
         self.held |= got
         return got
+
+    def _settle_split(self, groups: Mapping[str, list[str]], mine: set[str],
+                      leases: Mapping[str, tuple[str, datetime]], now: datetime) -> None:
+        """Units held in part: the owner of a unit's first queue keeps it; this daemon
+        hands its part of the others over (and no longer counts them as its own)."""
+        for unit in sorted(mine):
+            lead = groups[unit][0]
+            if lead not in self.owned and lead in leases and leases[lead][1] >= now:
+                self._hand_over([q for q in groups[unit] if q in self.held])
+                mine.discard(unit)
+
+    def _wanted(self, groups: Mapping[str, list[str]], mine: set[str],
+                leases: Mapping[str, tuple[str, datetime]], want: int,
+                now: datetime) -> list[str]:
+        """The queues to acquire: the free ones of units held in part, then ``want``
+        whole units all of whose queues are free."""
+
+        def free(queue: str) -> bool:
+            return queue not in leases or leases[queue][1] < now
+
+        wanted = [q for u in sorted(mine) for q in groups[u] if q not in self.owned and free(q)]
+        for unit, members in sorted(groups.items()):
+            if want <= 0:
+                break
+            if unit not in mine and all(free(q) for q in members) \
+                    and not any(q in self.owned for q in members):
+                wanted.extend(members)
+                want -= 1
+        return wanted
+
+    def _hand_over(self, queues: Collection[str]) -> None:
+        self.held -= set(queues)
+        self.releasing |= set(queues)
 
     def release(self, queues: Collection[str]) -> Alone:
         """The end of a handover: the queues are no longer ours."""

@@ -104,10 +104,12 @@ class PartnerWord:
         self._measured: dict[str, LaunchRate] = {}  # queue -> its recent launches
         self._pacers: dict[str, Pacer] = {}
         self._paced: set[str] = set()  # queues whose due jobs wait for the pace
+        self._budgets_kept: datetime | None = None
 
     # -- loading and saving ----------------------------------------------------------
 
-    def refresh(self, held: Collection[str], queues: Mapping[str, QueueRecord]) -> Plan[None]:
+    def refresh(self, held: Collection[str], queues: Mapping[str, QueueRecord],
+                now: datetime | None = None) -> Plan[None]:
         """Forget queues no longer held; load those gained or whose record changed (a
         plan: :mod:`hipq.engine.requests`)."""
         for queue in [q for q in self._loaded if q not in held]:
@@ -123,8 +125,11 @@ class PartnerWord:
             self._pauses[queue] = {}
             state = self._states[queue] = states.get(queue) or QueueState(queue=queue)
             learned = CubicRate(w_max=state.learned_rate, since=state.learned_since)
-            partner = queues[queue].config.partner
+            partner = queues[queue].spec.partner
             if partner is not None and partner in self.budgets.partners:
+                if state.budget is not None and now is not None \
+                        and self.budgets.fresh(partner):  # an earlier owner's buckets
+                    self.budgets.restore(partner, state.budget, now)
                 self.budgets.seed(partner, learned)  # the partner's, stored with its queues
             else:
                 self._learned[queue] = learned
@@ -140,6 +145,19 @@ class PartnerWord:
         for marks in (self._dirty_pauses, self._dirty_states, self._held_pending,
                       self._paced):
             marks.discard(queue)
+
+    def keep_budgets(self, now: datetime, *, force: bool = False) -> None:
+        """Each partner's buckets, written with its first queue's state at most once a
+        second (at once with ``force``: a handover), for the next owner."""
+        if not force and self._budgets_kept is not None \
+                and now - self._budgets_kept < HELD_SAVE_EVERY:
+            return
+        self._budgets_kept = now
+        for partner_id, queue in self.budgets.leads().items():
+            if queue in self._states or queue in self._loaded:
+                state = self._state(queue)
+                state.budget = self.budgets.export(partner_id, now)
+                self._dirty_states.add(queue)
 
     def save(self, now: datetime) -> Plan[None]:
         """Write what changed: pauses of a queue whole, states in one statement."""

@@ -24,7 +24,8 @@ own (``tests/unit/test_tick_plan.py``). The steps, in order:
 5. :meth:`TickPlan.launch`: the new tries sent in the background (:mod:`.launcher`).
 
 Then :meth:`TickPlan.finish`: the archives written behind by earlier ticks are
-counted, the partner's word saved, queues handed over.
+counted, the partner's word saved (and what the owner sees of its partners, once a
+second: :mod:`.seen`), queues handed over.
 
 Invariants: a job is never re-run from memory (once it leaves ``running`` it is
 saved and dropped, and runs again only after being fetched); no transaction is held
@@ -84,7 +85,7 @@ class TickPlan:
         engine, now, counters = self.engine, self.now, self.counters
         self.queues = {q.id: q for q in (yield call("queue_list"))}
         yield from self._leases()
-        yield from engine.partner.refresh(engine.held, self.queues)
+        yield from engine.partner.refresh(engine.held, self.queues, now)
         answers = yield TakeAnswers(releasing=frozenset(engine.leases.releasing))
         # what this tick applies and persists of these is all there is: released at its end
         self.handing_over = sorted(answers.idle)
@@ -102,14 +103,17 @@ class TickPlan:
 
     def _leases(self) -> Plan[None]:
         engine, now = self.engine, self.now
-        change = yield engine.leases.refresh(self.queues, now)
+        partners = engine.budgets.partners
+        units = {q: "partner " + r.spec.partner for q, r in self.queues.items()
+                 if r.spec.partner is not None and r.spec.partner in partners}
+        change = yield engine.leases.refresh(self.queues, now, units)
         for queue in change.lost:
             engine.batch.drop_queue(queue)
             engine.rates.drop_queue(queue)
             engine.budgets.drop_queue(queue)
         for queue in change.gained:
             record = self.queues.get(queue)
-            if record is not None and record.config.rate_limit is not None:
+            if record is not None and record.spec.rate_limit is not None:
                 yield call("launch_events_restamp", queue=queue, at=now)
             self.counters.add("adopted", (yield from adopt(
                 queue=queue, owner=engine.owner, now=now, add=self._adopted)))
@@ -130,11 +134,16 @@ class TickPlan:
         batch, applied = self.engine.batch, 0
         for job, spent in answers.spent:
             self._spent(job, spent)
+        for job, headers in answers.reports:
+            self._reported(job, headers)
         for result in answers.outcomes:
             job = result.job
             spent = getattr(result.outcome, "spent", None)
             if spent is not None:
                 self._spent(job, spent)
+            headers = getattr(result.outcome, "budget", None)
+            if headers:
+                self._reported(job, headers)
             held = batch.get((job.queue, job.id))
             if held is None or held.attempt != job.attempt or held.outcome is not None:
                 continue  # timed out or cancelled meanwhile: the first outcome stands
@@ -149,6 +158,13 @@ class TickPlan:
             spec = runtime.spec
             engine.partner.spent(spec, scope(spec, job), spent, self.now)
 
+    def _reported(self, job: Job, headers: Any) -> None:
+        """An answer's rate-limit headers set its partner's buckets."""
+        engine = self.engine
+        runtime = engine.runtimes.cached(job.queue)
+        if runtime is not None and job.queue in engine.held:
+            engine.budgets.reported(runtime.spec, job, headers, self.now)
+
     # -- steps 1 and 2 -----------------------------------------------------------------
 
     def select(self) -> Plan[None]:
@@ -158,6 +174,8 @@ class TickPlan:
             record = self.queues[queue_id]
             runtime = selection.runtime_of(engine.runtimes, record)
             if runtime is None or record.paused or runtime.target is None or engine.stopping:
+                continue
+            if not engine.leases.whole(queue_id):  # a partner's queues move together
                 continue
             chosen = yield from selection.select_queue(engine, runtime, self.now, self.counters)
             if chosen is not None:
@@ -229,7 +247,9 @@ class TickPlan:
         engine, now, counters = self.engine, self.now, self.counters
         counters.ran((yield Collect()))  # the in-tick archives of earlier ticks
         engine.partner.stamp_held(now)
+        engine.partner.keep_budgets(now, force=bool(self.handing_over))
         yield from engine.partner.save(now)
+        yield from engine.seen.save(now, engine.held, engine.runtimes)  # once a second
         if self.handing_over:  # scale-out: after the persist, see .leases
             queues = self.handing_over
             counters.ran((yield Collect(tuple(queues))))  # nothing of theirs left unwritten

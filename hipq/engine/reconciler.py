@@ -35,6 +35,7 @@ from hipq.engine.plan import TickPlan
 from hipq.engine.rates import RateLog
 from hipq.engine.result import ReconcileResult
 from hipq.engine.runtimes import Runtimes, TargetFactory
+from hipq.engine.seen import Seen
 from hipq.spec import PartnerSpec
 from hipq.store import Store
 from hipq.targets.registry import Targets
@@ -59,6 +60,7 @@ class Reconciler:
         self.rates = RateLog()  # own rate-limited launches (see .rates)
         self.budgets = Budgets(partners)  # declared partners' budgets
         self.partner = PartnerWord(self.budgets)  # pauses, learned limits, held counts
+        self.seen = Seen(self.budgets, owner)  # what it sees of its partners, for every daemon
         self.launcher = Launcher(store, clock=clock, owner=owner,
                                  concurrency=self.config.launch_concurrency, on_wake=on_wake,
                                  on_answered=self.rates.answered)

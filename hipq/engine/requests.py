@@ -153,6 +153,7 @@ class Answers:
     spent: Sequence[tuple[Job, Any]]  # accepted launches whose budget is spent
     outcomes: Sequence[Any]  # LaunchResults of outcomes given at once, and failures
     idle: frozenset[str] = frozenset()  # of ``releasing``: every launch recorded
+    reports: Sequence[tuple[Job, Any]] = ()  # accepted launches' rate-limit headers
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from hipq.config import QueueConfig, TargetConfig
+from pydantic import ValidationError
+
+from hipq.config import QueueConfig, TargetConfig, format_validation_error
 from hipq.engine.throttle import build_throttler
+from hipq.errors import ConfigError
 from hipq.plugins import Throttler
 from hipq.retry import RetryFn, build_retry
 from hipq.spec import PartnerSpec, QueueSpec
@@ -29,6 +33,7 @@ def governed(spec: QueueSpec, partners: Mapping[str, PartnerSpec]) -> QueueSpec:
 
 @dataclass(frozen=True, slots=True)
 class QueueRuntime:
+    settings: Mapping[str, Any]  # the stored settings it was built of
     config: QueueConfig
     spec: QueueSpec
     throttler: Throttler
@@ -44,19 +49,25 @@ class Runtimes:
         self._built: dict[str, QueueRuntime] = {}
 
     def get(self, record: QueueRecord) -> QueueRuntime:
-        """The queue's runtime, built again when its settings changed.
+        """The queue's runtime, built again when its settings changed (its spec is
+        the record's, made by the store).
 
         Raises:
-            ConfigError: a plugin or the target cannot be loaded.
+            ConfigError: the stored settings are not valid, or a plugin or the
+                target cannot be loaded.
         """
         current = self._built.get(record.id)
-        if current is not None and current.config == record.config:
+        if current is not None and (current.settings is record.settings
+                                    or current.settings == record.settings):
             return current
-        config = record.config
-        spec = governed(config.to_spec(), self.partners)
+        try:  # the target and a throttler plugin are the edge's types
+            config = QueueConfig.model_validate(record.settings)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, f"queue {record.id!r}")) from None
+        spec = governed(record.spec, self.partners)
         runtime = QueueRuntime(
-            config=config, spec=spec, throttler=build_throttler(config),
-            retry=build_retry(spec.retry),
+            settings=record.settings, config=config, spec=spec,
+            throttler=build_throttler(config), retry=build_retry(spec.retry),
             target=None if config.target is None else self.targets(config.target))
         self._built[record.id] = runtime
         return runtime

@@ -109,6 +109,31 @@ class Window:
         self._used += amount
         return taken
 
+    def export(self, now: datetime, bins: int = 64) -> list[tuple[float, float]]:
+        """What the window holds, for the next owner: (seconds before ``now``, amount),
+        at most ``bins`` entries. Entries are merged into bins of ``per_seconds / bins``
+        and each bin takes its latest time, so a restored window leaves the partner's
+        count no later than the original (never an over-run by the next owner)."""
+        self._expire(now)
+        width = self.limit.per_seconds / bins
+        merged: dict[int, list[float]] = {}
+        for taken in self._log:
+            ago = max((now - taken.at).total_seconds(), 0.0)
+            slot = merged.setdefault(int(ago // width), [ago, 0.0])
+            slot[0] = min(slot[0], ago)  # the latest time: the smallest age
+            slot[1] += taken.amount
+        return [(round(ago, 3), round(amount, 6)) for ago, amount in
+                sorted(merged.values(), reverse=True)]
+
+    def restore(self, entries: list[tuple[float, float]], now: datetime) -> None:
+        """An earlier owner's :meth:`export` (ages relative to ``now``), in place of
+        what the window holds."""
+        self._log.clear()
+        self._used = 0.0
+        for ago, amount in sorted(entries, reverse=True):
+            if ago < self.limit.per_seconds and amount > 0:
+                self.take(amount, now - timedelta(seconds=ago))
+
     def settle(self, taken: Taken, actual: float) -> None:
         """Put the actual cost in place of what ``taken`` reserved."""
         if taken.live:

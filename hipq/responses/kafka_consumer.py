@@ -647,10 +647,10 @@ class KafkaResponseConsumer:
             log.warning("cannot refresh queue correlation templates: %s", exc)
             return False
         self._templates_at = self.clock.monotonic()
+        found = ((q.id, CorrelationConfig.model_validate(q.settings["correlation"]))
+                 for q in queues if q.settings.get("correlation") is not None)
         self.parser.correlations = dict(sorted(
-            (q.id, q.config.correlation) for q in queues
-            if q.config.correlation is not None
-            and (q.config.correlation.response or q.config.correlation.plugin)))
+            (queue, c) for queue, c in found if c.response or c.plugin))
         return True
 
     async def _pause_point(self, written: int) -> None:

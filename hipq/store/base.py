@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from hipq.jobs import Attempt, Job, Ordering
 from hipq.store.records import (
@@ -49,9 +49,7 @@ from hipq.store.records import (
     QueueStats,
     Response,
 )
-
-if TYPE_CHECKING:  # the protocol loads no I/O library (pydantic is the config's edge)
-    from hipq.config import QueueConfig
+from hipq.store.seen import PartnerMinute, PartnerSeen
 
 
 class Store(Protocol):
@@ -103,16 +101,18 @@ class Store(Protocol):
 
     # -- queues ------------------------------------------------------------------------
 
-    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
-        """Create or replace a queue's settings (``created_at`` is kept on replace).
-        Returns True if it was created."""
+    async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
+        """Create or replace a queue's settings (``created_at`` is kept on replace):
+        ``settings`` is their JSON mapping, with ``id`` (and ``paused``, false when
+        missing), kept as given (``QueueConfig.stored()`` at the edge). Returns True
+        if it was created."""
 
     async def queue_get(self, queue_id: str) -> QueueRecord | None:
         """The queue, or None."""
 
     async def queue_list(self) -> list[QueueRecord]:
-        """Every queue, sorted by id. Called every tick: a queue's settings are
-        re-validated only when its stored row changed."""
+        """Every queue, sorted by id. Called every tick: a queue's spec is made
+        again only when its stored row changed."""
 
     async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
         """Pause or resume a queue. Returns False if there is no such queue."""
@@ -468,6 +468,27 @@ class Store(Protocol):
 
     async def queue_state_save(self, states: Sequence[QueueState]) -> None:
         """Write these queue states (each whole), in one transaction."""
+
+    # -- what the owner sees of a partner (docs/http-api.md, "Partners") ---------------------
+
+    async def partner_seen_save(self, *, seen: Sequence[PartnerSeen],
+                                minutes: Sequence[PartnerMinute], before: datetime) -> None:
+        """The owner's word on its partners, in one transaction: each snapshot written
+        whole (its partner's row replaced); each minute added to its partner's row of
+        that minute (:func:`hipq.store.seen.added`: counts summed, ``in_flight_max``
+        the larger, learned rate and buckets replaced; a new row if none); then the
+        rows of the minutes' partners before ``before`` deleted (at most an hour of
+        minutes is kept per partner)."""
+
+    async def partner_seen_list(self, *, partners: Sequence[str] | None = None
+                                ) -> dict[str, PartnerSeen]:
+        """The partners' last snapshots by partner (None: every stored one); a
+        partner never written is absent."""
+
+    async def partner_minutes_list(self, *, partner: str, since: datetime
+                                   ) -> list[PartnerMinute]:
+        """The partner's minutes from ``since`` on, oldest first (a range of its
+        primary key: at most the hour kept)."""
 
     # -- why a job waits (docs/throttling.md) ----------------------------------------------
 

@@ -139,7 +139,8 @@ class DriverBase(abc.ABC):
         """Every row of ``queues`` by id, as mappings."""
 
     def _queue_cached(self, row: Any) -> QueueRecord:
-        """The record of a queue row, re-validated only when the row changed."""
+        """The record of a queue row, made again (its spec too) only when the row
+        changed."""
         version = (row["config"], row["paused"], row["updated_at"])
         cached = self._queues.get(row["id"])
         if cached is not None and cached[0] == version:
@@ -252,7 +253,7 @@ class DriverBase(abc.ABC):
                 running=running, running_weight=weight,
                 oldest_due_age_seconds=None if oldest is None
                 else max((now - oldest).total_seconds(), 0.0),
-                concurrency=record.config.concurrency))
+                concurrency=record.spec.concurrency))
         return out
 
     @abc.abstractmethod

@@ -7,10 +7,10 @@ Python (:mod:`hipq.store.memory`).
 
 from __future__ import annotations
 
-from hipq.config import DEFAULT_POOL_SIZE
 from hipq.errors import StoreError
 from hipq.store.base import Store
 
+DEFAULT_POOL_SIZE = 20  # PostgreSQL connections per process (SQLite: one writer)
 MEMORY_URL = "memory://"  # a new store in memory at each open: tests only
 
 

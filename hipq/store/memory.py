@@ -24,12 +24,13 @@ come from the arguments. What the SQL drivers do only for a database is a no-op:
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from hipq.errors import StoreConflict, StoreError
 from hipq.jobs import ErrorKind, Job, JobState
@@ -38,12 +39,11 @@ from hipq.store.memory_inbox import MemoryInbox
 from hipq.store.memory_intake import MemoryIntake
 from hipq.store.memory_jobs import MemoryJobs
 from hipq.store.memory_loop import MemoryLoop
+from hipq.store.memory_seen import MemorySeen
+from hipq.store.memory_tables import copied
 from hipq.store.records import Backoff, QueueRecord, QueueState
-from hipq.store.rows import queue_record
+from hipq.store.rows import queue_record, stored_settings
 from hipq.store.versions import SCHEMA_VERSION
-
-if TYPE_CHECKING:
-    from hipq.config import QueueConfig
 
 C = TypeVar("C", bound=type)
 Method = Callable[..., Coroutine[Any, Any, Any]]
@@ -83,12 +83,19 @@ def _given_back(job: Job) -> bool:
     return "in_a_row" in error and isinstance(data, dict) and data.get("from_partner") is True
 
 
+def _read(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``queues`` as a read gives it: its settings a new object, as a
+    database decodes them anew (what a record's reader does to them stays there)."""
+    return {**row, "config": copied(row["config"])}
+
+
 def _state_copy(state: QueueState) -> QueueState:
-    return replace(state, held=None if state.held is None else dict(state.held))
+    return replace(state, held=None if state.held is None else dict(state.held),
+                   budget=None if state.budget is None else copy.deepcopy(state.budget))
 
 
 @_one_turn_each
-class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
+class MemoryStore(MemoryIntake, MemorySeen, MemoryInbox, MemoryLoop, MemoryJobs):
     """The :class:`~hipq.store.base.Store` in memory (``dialect``: ``"memory"``)."""
 
     # -- lifecycle (no database: no-ops) ---------------------------------------------------
@@ -114,20 +121,20 @@ class MemoryStore(MemoryIntake, MemoryInbox, MemoryLoop, MemoryJobs):
 
     # -- queues ------------------------------------------------------------------------
 
-    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
-        body = config.model_dump(mode="json", exclude_none=True)
-        old = self._t.queues.get(config.id)
-        self._t.queues[config.id] = {"id": config.id, "config": body, "paused": config.paused,
-                                     "created_at": now if old is None else old["created_at"],
-                                     "updated_at": now}
+    async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
+        queue_id, body, paused = stored_settings(settings)
+        old = self._t.queues.get(queue_id)
+        self._t.queues[queue_id] = {"id": queue_id, "config": copied(body), "paused": paused,
+                                    "created_at": now if old is None else old["created_at"],
+                                    "updated_at": now}
         return old is None
 
     async def queue_get(self, queue_id: str) -> QueueRecord | None:
         row = self._t.queues.get(queue_id)
-        return None if row is None else queue_record(row)
+        return None if row is None else queue_record(_read(row))
 
     async def _queue_rows(self) -> Sequence[Any]:
-        return [self._t.queues[queue_id] for queue_id in sorted(self._t.queues)]
+        return [_read(self._t.queues[queue_id]) for queue_id in sorted(self._t.queues)]
 
     async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
         row = self._t.queues.get(queue_id)

@@ -27,6 +27,7 @@ from hipq.store.records import (
     IntakeRow,
     QueueState,
 )
+from hipq.store.seen import PartnerMinute, PartnerSeen
 from hipq.store.versions import SCHEMA_VERSION
 
 QUEUED, RUNNING = JobState.QUEUED, JobState.RUNNING
@@ -104,6 +105,8 @@ class Tables:
     daemons: dict[str, Member] = field(default_factory=dict)
     backoffs: dict[tuple[str, str], Backoff] = field(default_factory=dict)  # (queue, scope)
     queue_state: dict[str, QueueState] = field(default_factory=dict)
+    partner_state: dict[str, PartnerSeen] = field(default_factory=dict)
+    partner_minutes: dict[tuple[str, datetime], PartnerMinute] = field(default_factory=dict)
     intake: dict[int, IntakeRow] = field(default_factory=dict)  # by id
     # -- indexes ---------------------------------------------------------------------
     keys: dict[str, JobKey] = field(default_factory=dict)  # live jobs' correlation keys

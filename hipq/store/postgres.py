@@ -30,7 +30,6 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from hipq import json_text
-from hipq.config import QueueConfig
 from hipq.errors import StoreError, TransientStoreError
 from hipq.frozen import evolver
 from hipq.jobs import Attempt, Job, JobState, NewJobs, Ordering, expired_error
@@ -52,6 +51,7 @@ from hipq.store.pg_persist import ends_parts, marks_of, persist_calls
 from hipq.store.pgsql import SQL, insert_jobs_call, to_json
 from hipq.store.postgres_intake import IntakeStatements
 from hipq.store.postgres_partner import PartnerStatements
+from hipq.store.postgres_seen import SeenStatements
 from hipq.store.records import (
     Change,
     InboxOutcome,
@@ -77,6 +77,7 @@ from hipq.store.rows import (
     merged_into,
     merged_outcome,
     queue_record,
+    stored_settings,
 )
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ async def _listed(db: Any, queue: str, job_id: str, value_chars: int) -> ListedJ
     return None
 
 
-class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
+class PostgresStore(IntakeStatements, PartnerStatements, SeenStatements, PgConnections):
     """The :class:`~hipq.store.base.Store` on PostgreSQL (its pool, errors and
     checkouts: :class:`~hipq.store.pg_connections.PgConnections`)."""
 
@@ -210,10 +211,10 @@ class PostgresStore(IntakeStatements, PartnerStatements, PgConnections):
 
     # -- queues ----------------------------------------------------------------------
 
-    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
-        body = config.model_dump(mode="json", exclude_none=True)
-        row = await self._fetchrow("queue_upsert", id=config.id, config=to_json(body),
-                                   paused=config.paused, now=now)
+    async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
+        queue_id, body, paused = stored_settings(settings)
+        row = await self._fetchrow("queue_upsert", id=queue_id, config=to_json(body),
+                                   paused=paused, now=now)
         return bool(row["created"])
 
     async def queue_get(self, queue_id: str) -> QueueRecord | None:

@@ -1065,29 +1065,30 @@ SELECT (SELECT count(*) FROM gone) AS cleared, (SELECT count(*) FROM due) AS due
 
 -- name: queue_state_list
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total, learned_rate, learned_since
+       throttled_total, learned_rate, learned_since, budget::text AS budget
 FROM queue_state WHERE queue = ANY(:queues::text[])
 
 -- name: queue_state_all
 SELECT queue, effective, successes, decreased_at, held::text AS held, held_at,
-       throttled_total, learned_rate, learned_since
+       throttled_total, learned_rate, learned_since, budget::text AS budget
 FROM queue_state
 
 -- name: queue_state_save
 INSERT INTO queue_state (queue, effective, successes, decreased_at, held, held_at,
-                         throttled_total, learned_rate, learned_since)
+                         throttled_total, learned_rate, learned_since, budget)
 SELECT u.queue, u.effective, u.successes, u.decreased_at, u.held::jsonb, u.held_at,
-       u.throttled_total, u.learned_rate, u.learned_since
+       u.throttled_total, u.learned_rate, u.learned_since, u.budget::jsonb
 FROM unnest(:queues::text[], :effectives::float8[], :successes::int4[],
             :decreased_ats::timestamptz[], :helds::text[], :held_ats::timestamptz[],
-            :totals::int8[], :learned_rates::float8[], :learned_sinces::timestamptz[])
+            :totals::int8[], :learned_rates::float8[], :learned_sinces::timestamptz[],
+            :budgets::text[])
     AS u(queue, effective, successes, decreased_at, held, held_at, throttled_total,
-         learned_rate, learned_since)
+         learned_rate, learned_since, budget)
 ON CONFLICT (queue) DO UPDATE SET effective = excluded.effective,
     successes = excluded.successes, decreased_at = excluded.decreased_at,
     held = excluded.held, held_at = excluded.held_at,
     throttled_total = excluded.throttled_total, learned_rate = excluded.learned_rate,
-    learned_since = excluded.learned_since
+    learned_since = excluded.learned_since, budget = excluded.budget
 
 -- -- why a job waits (docs/throttling.md) ---------------------------------------------
 -- Where a queued job stands in its queue, in one read, when one job is asked for
@@ -1163,3 +1164,51 @@ inbox AS (
         ORDER BY applied_at LIMIT :limit))
     RETURNING 1)
 SELECT (SELECT count(*) FROM old) AS jobs, (SELECT count(*) FROM inbox) AS responses
+
+-- -- what the owner sees of a partner (docs/http-api.md, "Partners") ----------------------
+
+-- name: partner_seen_save
+-- The owner's word on its partners in one statement: each snapshot replaces its
+-- partner's row; each minute is added to its partner's row of that minute (counts
+-- summed, in_flight_max the larger, learned rate and buckets replaced); the rows of
+-- those partners older than :before go (the main statement sees the table as it was
+-- before the inserts: the current minutes are never older than :before).
+WITH seen AS (
+    INSERT INTO partner_state (partner, snapshot, updated_at, owner)
+    SELECT u.partner, u.snapshot::jsonb, u.updated_at, u.owner
+    FROM unnest(:partners::text[], :snapshots::text[], :updated_ats::timestamptz[],
+                :owners::text[]) AS u(partner, snapshot, updated_at, owner)
+    ON CONFLICT (partner) DO UPDATE SET snapshot = excluded.snapshot,
+        updated_at = excluded.updated_at, owner = excluded.owner
+    RETURNING 1),
+added AS (
+    INSERT INTO partner_minutes (partner, minute, accepted, refused, in_flight_max,
+                                 learned_rate, buckets)
+    SELECT u.partner, u.minute, u.accepted, u.refused, u.in_flight_max, u.learned_rate,
+           u.buckets::jsonb
+    FROM unnest(:minute_partners::text[], :minutes::timestamptz[], :accepted::int8[],
+                :refused::int8[], :in_flight_maxes::int8[], :learned_rates::float8[],
+                :buckets::text[])
+        AS u(partner, minute, accepted, refused, in_flight_max, learned_rate, buckets)
+    ON CONFLICT (partner, minute) DO UPDATE SET
+        accepted = partner_minutes.accepted + excluded.accepted,
+        refused = partner_minutes.refused + excluded.refused,
+        in_flight_max = GREATEST(partner_minutes.in_flight_max, excluded.in_flight_max),
+        learned_rate = excluded.learned_rate, buckets = excluded.buckets
+    RETURNING 1)
+DELETE FROM partner_minutes
+WHERE partner = ANY(:minute_partners::text[]) AND minute < :before
+
+-- name: partner_seen_list
+SELECT partner, snapshot::text AS snapshot, updated_at, owner FROM partner_state
+WHERE partner = ANY(:partners::text[]) ORDER BY partner
+
+-- name: partner_seen_all
+SELECT partner, snapshot::text AS snapshot, updated_at, owner FROM partner_state
+ORDER BY partner
+
+-- name: partner_minutes_list
+-- One partner's minutes from :since on: a range of the primary key.
+SELECT partner, minute, accepted, refused, in_flight_max, learned_rate,
+       buckets::text AS buckets
+FROM partner_minutes WHERE partner = :partner AND minute >= :since ORDER BY minute

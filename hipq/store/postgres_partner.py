@@ -60,7 +60,8 @@ class PartnerStatements:
             helds=[to_json(x.held) for x in states], held_ats=[x.held_at for x in states],
             totals=[x.throttled_total for x in states],
             learned_rates=[x.learned_rate for x in states],
-            learned_sinces=[x.learned_since for x in states])
+            learned_sinces=[x.learned_since for x in states],
+            budgets=[to_json(x.budget) for x in states])
 
     async def job_standing(self, *, job: Job, now: datetime, ordering: Ordering, limit: int,
                            key_mode: str = "strict") -> JobStanding:

@@ -3,30 +3,35 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hipq.frozen import quick_init
 from hipq.jobs import Attempt, Job
 from hipq.pause_scope import shown_group
-
-if TYPE_CHECKING:  # the pydantic model is only carried here: no pydantic at import
-    from hipq.config import QueueConfig
+from hipq.spec import QueueSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRecord:
-    config: QueueConfig
+    """A queue as stored: ``spec``, its settings as the engine uses them (made once
+    per settings change, :func:`hipq.queue_settings.spec_of`), and ``settings``, the
+    stored JSON mapping they were made of (read-only; ``paused`` as it is now), for
+    what the spec leaves out (the target, correlation, a throttler plugin's options)
+    and for the API, which echoes them."""
+
+    spec: QueueSpec
+    settings: Mapping[str, Any]
     paused: bool
     created_at: datetime
     updated_at: datetime
 
     @property
     def id(self) -> str:
-        return self.config.id
+        return self.spec.id
 
 
 class InsertStatus(StrEnum):
@@ -354,6 +359,7 @@ class QueueState:
     throttled_total: int = 0
     learned_rate: float | None = None  # the rate last refused (CUBIC's w_max), a second
     learned_since: datetime | None = None  # when that refusal came
+    budget: dict[str, Any] | None = None  # a partner's buckets, on its first queue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,10 +7,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
-from hipq.config import QueueConfig
 from hipq.jobs import Job, row_reader
+from hipq.queue_settings import spec_of
 from hipq.store.columns import JOBS_COLUMN_NAMES
 from hipq.store.due import RELAXED
 from hipq.store.records import (
@@ -49,10 +50,17 @@ def job_values(job: Job) -> dict[str, Any]:
 
 
 def queue_record(row: Any) -> QueueRecord:
-    """A QueueRecord from a row of ``queues`` (a mapping)."""
-    config = QueueConfig.model_validate({**row["config"], "paused": row["paused"]})
-    return QueueRecord(config=config, paused=row["paused"], created_at=row["created_at"],
-                       updated_at=row["updated_at"])
+    """A QueueRecord from a row of ``queues`` (a mapping): the stored settings with
+    the row's ``paused``, and the spec made of them."""
+    settings = MappingProxyType({**row["config"], "paused": row["paused"]})
+    return QueueRecord(spec=spec_of(settings), settings=settings, paused=row["paused"],
+                       created_at=row["created_at"], updated_at=row["updated_at"])
+
+
+def stored_settings(settings: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool]:
+    """What ``queue_upsert`` writes of a queue's settings: its id, the mapping (the
+    ``config`` column) and ``paused``."""
+    return str(settings["id"]), dict(settings), bool(settings.get("paused", False))
 
 
 def inbox_row(r: Any) -> InboxRow:
@@ -147,20 +155,22 @@ def merged_into(host: Job, job: Job) -> Job:
 
 def queue_state_of(r: Any) -> QueueState:
     """A QueueState from a row of ``queue_state`` (``held`` as JSON text or parsed)."""
-    held = r["held"]
+    held, budget = r["held"], r["budget"]
     if isinstance(held, str):
         held = json.loads(held)
+    if isinstance(budget, str):
+        budget = json.loads(budget)
     return QueueState(queue=r["queue"], effective=r["effective"], successes=r["successes"],
                       decreased_at=r["decreased_at"], held=held, held_at=r["held_at"],
                       throttled_total=r["throttled_total"], learned_rate=r["learned_rate"],
-                      learned_since=r["learned_since"])
+                      learned_since=r["learned_since"], budget=budget)
 
 
 def queue_state_values(state: QueueState) -> dict[str, Any]:
     return {"queue": state.queue, "effective": state.effective, "successes": state.successes,
             "decreased_at": state.decreased_at, "held": state.held, "held_at": state.held_at,
             "throttled_total": state.throttled_total, "learned_rate": state.learned_rate,
-            "learned_since": state.learned_since}
+            "learned_since": state.learned_since, "budget": state.budget}
 
 
 def standing_of(running: Iterable[Sequence[Any]], key_ahead: str | None,

@@ -24,7 +24,6 @@ from sqlalchemy import event, make_url
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from hipq.config import QueueConfig
 from hipq.jobs import GENERATED_KEY_PREFIX, Job, JobState, expired_error
 from hipq.pause_scope import KEPT_CHARS, MAX_CHARS
 from hipq.store import schema as s
@@ -54,6 +53,7 @@ from hipq.store.rows import (
     merged_outcome,
     queue_state_of,
     queue_state_values,
+    stored_settings,
 )
 from hipq.store.sqlite_intake import SQLiteIntake
 from hipq.store.sqlite_reads import stored_jobs, stored_version
@@ -98,16 +98,16 @@ class SQLiteStore(SQLiteIntake):
 
     # -- queues ----------------------------------------------------------------------
 
-    async def queue_upsert(self, config: QueueConfig, *, now: datetime) -> bool:
-        body = config.model_dump(mode="json", exclude_none=True)
+    async def queue_upsert(self, settings: Mapping[str, Any], *, now: datetime) -> bool:
+        queue_id, body, paused = stored_settings(settings)
         async with self._tx() as conn:
             existed = await conn.scalar(sa.select(sa.func.count()).select_from(s.queues)
-                                        .where(s.queues.c.id == config.id))
-            stmt = insert(s.queues).values(id=config.id, config=body, paused=config.paused,
+                                        .where(s.queues.c.id == queue_id))
+            stmt = insert(s.queues).values(id=queue_id, config=body, paused=paused,
                                            created_at=now, updated_at=now)
             await conn.execute(stmt.on_conflict_do_update(
                 index_elements=["id"],
-                set_={"config": body, "paused": config.paused, "updated_at": now}))
+                set_={"config": body, "paused": paused, "updated_at": now}))
         return not existed
 
     async def queue_set_paused(self, queue_id: str, paused: bool, *, now: datetime) -> bool:
@@ -617,7 +617,7 @@ class SQLiteStore(SQLiteIntake):
         stmt = stmt.on_conflict_do_update(index_elements=[t.c.queue], set_={
             c: stmt.excluded[c] for c in ("effective", "successes", "decreased_at", "held",
                                           "held_at", "throttled_total", "learned_rate",
-                                          "learned_since")})
+                                          "learned_since", "budget")})
         async with self._tx() as conn:
             await conn.execute(stmt, [queue_state_values(state) for state in states])
 

@@ -41,7 +41,7 @@ from hipq.store.records import (
     too_big,
     unreadable,
 )
-from hipq.store.sqlite_reads import SQLiteReads
+from hipq.store.sqlite_seen import SQLiteSeen
 
 _t = s.job_intake
 _PENDING = _t.c.error.is_(None)
@@ -140,8 +140,8 @@ def _within(sizes: list[tuple[int, int]], *, limit: int, max_bytes: int,
     return kept
 
 
-class SQLiteIntake(SQLiteReads):
-    """The intake's statements, on top of the driver's reads."""
+class SQLiteIntake(SQLiteSeen):
+    """The intake's statements, on top of the driver's reads (and its partner views)."""
 
     async def intake_pending(self, *, queues: Sequence[str], limit: int, after: int = 0,
                              max_bytes: int = INTAKE_MAX_BYTES,

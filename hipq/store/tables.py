@@ -253,6 +253,31 @@ queue_state = sa.Table(
     sa.Column("throttled_total", BigId, nullable=False),
     sa.Column("learned_rate", sa.Float),
     sa.Column("learned_since", UTCDateTime),
+    sa.Column("budget", JSON),
+)
+
+# What the owner of a partner's queues sees of the partner (docs/http-api.md, "Partners"):
+# its last snapshot, written at most once a second; every daemon serves it.
+partner_state = sa.Table(
+    "partner_state", metadata,
+    sa.Column("partner", sa.Text, primary_key=True),
+    sa.Column("snapshot", JSON, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("owner", sa.Text, nullable=False),
+)
+
+# The partner's last hour per minute (accepted, refused, in flight at most, learned rate,
+# bucket use), added to by its owner, who deletes the rows older than an hour.
+partner_minutes = sa.Table(
+    "partner_minutes", metadata,
+    sa.Column("partner", sa.Text, nullable=False),
+    sa.Column("minute", UTCDateTime, nullable=False),
+    sa.Column("accepted", BigId, nullable=False),
+    sa.Column("refused", BigId, nullable=False),
+    sa.Column("in_flight_max", BigId, nullable=False),
+    sa.Column("learned_rate", sa.Float),
+    sa.Column("buckets", JSON, nullable=False),
+    sa.PrimaryKeyConstraint("partner", "minute", name="partner_minutes_pkey"),
 )
 
 class IntakeSize(sa.sql.expression.ColumnElement[int]):

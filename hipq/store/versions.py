@@ -15,7 +15,7 @@ from importlib import resources
 
 from hipq.errors import SchemaError
 
-SCHEMA_VERSION = 16  # the number of the last file in migrations/<dialect>/
+SCHEMA_VERSION = 17  # the number of the last file in migrations/<dialect>/
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ import json
 import math
 import re
 import ssl
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -315,10 +316,20 @@ def is_throttled(answer: Answer) -> bool:
     return answer.status == 429 or (answer.status == 503 and "retry-after" in answer.headers)
 
 
+def budget_headers(answer: Answer) -> tuple[tuple[str, str], ...]:
+    """The answer's rate-limit headers (IETF, X-RateLimit, OpenAI's, Anthropic's), for
+    the engine to read with its clock (:func:`hipq.partners.headers.read`)."""
+    return tuple((n, v) for n, v in answer.headers.items() if "ratelimit" in n)
+
+
 def partner_outcome(outcome: LaunchOutcome, answer: Answer,
                     target: Endpoint) -> LaunchOutcome:
     """The outcome as the partner's word changes it: a throttled try, or a success
-    that says the budget is spent (docs/throttling.md)."""
+    that says the budget is spent (docs/throttling.md); with the answer's rate-limit
+    headers, if any."""
+    headers = budget_headers(answer)
+    if headers:
+        outcome = replace(outcome, budget=headers)
     if is_throttled(answer):
         detail = f"HTTP {answer.status} from {target.origin[0]}://{target.host_header}"
         error: dict[str, Any] = {"detail": detail, "status": answer.status,
@@ -326,7 +337,8 @@ def partner_outcome(outcome: LaunchOutcome, answer: Answer,
         after = partner_time(answer)
         if after is not None:
             error["retry_after"] = after
-        return Completed(status="throttled", kind=ErrorKind.THROTTLED, error=error)
+        return Completed(status="throttled", kind=ErrorKind.THROTTLED, error=error,
+                         budget=headers)
     if 200 <= answer.status < 300:
         remaining, reset = budget(answer)
         if remaining is not None and reset is not None and remaining.strip() == "0":
@@ -335,8 +347,8 @@ def partner_outcome(outcome: LaunchOutcome, answer: Answer,
                 if isinstance(outcome, Completed):
                     return Completed(status=outcome.status, result=outcome.result,
                                      error=outcome.error, retryable=outcome.retryable,
-                                     kind=outcome.kind, spent=spent)
-                return Accepted(spent=spent)
+                                     kind=outcome.kind, spent=spent, budget=headers)
+                return Accepted(spent=spent, budget=headers)
     return outcome
 
 

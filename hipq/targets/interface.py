@@ -28,9 +28,12 @@ class Accepted:
 
     ``spent``: the partner said its budget is spent (``RateLimit-Remaining: 0``),
     until this time (seconds from now, or an aware ISO 8601 time): the scope pauses
-    until then (docs/throttling.md)."""
+    until then (docs/throttling.md). ``budget``: the answer's rate-limit headers
+    (names lower-cased), which set the partner's buckets (docs/throttling.md,
+    "Partners")."""
 
     spent: float | str | None = None
+    budget: tuple[tuple[str, str], ...] = ()  # the answer's rate-limit headers
 
 
 @quick_init
@@ -46,6 +49,7 @@ class Completed:
     retryable: bool | None = None
     kind: str = "response_failed"
     spent: float | str | None = None
+    budget: tuple[tuple[str, str], ...] = ()  # the answer's rate-limit headers
 
 
 LaunchOutcome = Accepted | Completed

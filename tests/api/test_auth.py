@@ -23,7 +23,7 @@ from tests.api.conftest import (
 OPEN = {("GET", "/healthz"), ("GET", "/"), ("GET", "/metrics"), ("GET", "/dashboard/app.js"),
         ("GET", "/dashboard/style.css"),
         ("POST", "/v1/responses/{key}")}
-_FILL = {"queue": "q", "id": "j1", "key": "k.1", "tail": "t"}
+_FILL = {"queue": "q", "id": "j1", "key": "k.1", "tail": "t", "partner": "p"}
 
 
 def _concrete(path: str) -> str:

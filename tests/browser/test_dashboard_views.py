@@ -14,6 +14,7 @@ import pytest
 
 from hipq.config import HttpTarget
 from hipq.jobs import Job
+from hipq.service import queue_config
 from tests.api.conftest import READER, Api, Downstream, LiveFactory, http_queue
 from tests.browser.conftest import Page
 
@@ -155,7 +156,7 @@ async def test_why_jobs_wait_settings_and_concurrency(live: LiveFactory, downstr
     await p.locator("#flash:text('concurrency of partner set to 12')").wait_for()
     queue = (await api.call("GET", "/v1/jobs/partner"))[1]
     assert queue["config"]["concurrency"] == 12
-    stored = (await lv.daemon.service.get_queue("partner")).config.target
+    stored = queue_config(await lv.daemon.service.get_queue("partner")).target
     assert isinstance(stored, HttpTarget)
     assert stored.headers == {"Authorization": "Bearer s3cr3t-value"}
     await p.locator("#concurrency[value='12']").wait_for()

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import time
 
-from hipq.config import QueueConfig
 from hipq.store import InsertStatus, Store
 from hipq.testing import FakeClock
 
@@ -43,15 +42,15 @@ async def prompt(call: object) -> object:
 
 
 async def test_cancelled_reads_leave_no_lock(store: Store, clock: FakeClock) -> None:
-    await store.queue_upsert(QueueConfig(id=Q), now=clock.now())
+    await store.queue_upsert({"id": Q}, now=clock.now())
     for round_no in range(ROUNDS):
         await cancelled_midway(store.intake_last_id(), round_no)
         await prompt(store.lease_list())
-    await prompt(store.queue_upsert(QueueConfig(id=Q), now=clock.now()))
+    await prompt(store.queue_upsert({"id": Q}, now=clock.now()))
 
 
 async def test_a_cancelled_write_is_whole_or_absent(store: Store, clock: FakeClock) -> None:
-    await store.queue_upsert(QueueConfig(id=Q), now=clock.now())
+    await store.queue_upsert({"id": Q}, now=clock.now())
     for round_no in range(ROUNDS // 3):
         jobs = [make_job(clock, f"r{round_no}-{n}") for n in range(20)]
         await cancelled_midway(store.job_insert_many(jobs), round_no)
@@ -62,7 +61,7 @@ async def test_a_cancelled_write_is_whole_or_absent(store: Store, clock: FakeClo
 
 
 async def test_close_waits_for_a_call_whose_caller_left(store: Store, clock: FakeClock) -> None:
-    await store.queue_upsert(QueueConfig(id=Q), now=clock.now())
+    await store.queue_upsert({"id": Q}, now=clock.now())
     task = asyncio.ensure_future(store.job_insert_many([make_job(clock, "late")]))
     await asyncio.sleep(0)
     task.cancel()

@@ -103,7 +103,8 @@ async def test_what_an_owner_learned_is_saved_whole(store: Store, clock: FakeClo
     t0 = clock.now()
     learned = QueueState(queue=Q, effective=2.5, successes=3, decreased_at=t0,
                          held={"capacity": 2, "window": 1}, held_at=t0, throttled_total=7,
-                         learned_rate=81.5, learned_since=t0)
+                         learned_rate=81.5, learned_since=t0,
+                         budget={"saved_at": "2026-01-05T12:00:00+00:00", "accounts": []})
     await store.queue_state_save([learned, QueueState(queue="other", throttled_total=1)])
     assert await store.queue_state_list(queues=[Q]) == {Q: learned}
     assert set(await store.queue_state_list()) == {Q, "other"}

@@ -184,6 +184,9 @@ VERSION_1 = [  # what version 1 had where later versions differ
     "ALTER TABLE archived_jobs DROP COLUMN history_source",
     "ALTER TABLE queue_state DROP COLUMN learned_rate",  # version 16
     "ALTER TABLE queue_state DROP COLUMN learned_since",
+    "ALTER TABLE queue_state DROP COLUMN budget",
+    "DROP TABLE partner_state",  # version 17
+    "DROP TABLE partner_minutes",
     "UPDATE hipq_meta SET value = '1' WHERE key = 'schema_version'",
 ]
 

@@ -27,7 +27,7 @@ async def test_a_new_database_and_its_side_files_are_private(tmp_path: Path) -> 
             config = QueueConfig.model_validate({"id": "q", "target": {
                 "kind": "http", "url": "http://127.0.0.1:9/x",
                 "auth": {"type": "bearer", "token": "s3cret"}}})
-            await store.queue_upsert(config, now=datetime(2026, 1, 1, tzinfo=UTC))
+            await store.queue_upsert(config.stored(), now=datetime(2026, 1, 1, tzinfo=UTC))
             side = [tmp_path / "hipq.db-wal", tmp_path / "hipq.db-shm"]
             assert all(p.exists() for p in side)
             assert {p.name: _mode(p) for p in [db, *side]} == {

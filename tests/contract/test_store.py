@@ -72,14 +72,78 @@ async def get(store: Store, job_id: str, queue: str = Q) -> Job:
 
 async def test_queue_upsert_creates_then_replaces(store: Store, clock: FakeClock) -> None:
     created_at = clock.now()
-    assert await store.queue_upsert(QueueConfig(id=Q, attempts=2), now=created_at) is True
+    assert await store.queue_upsert({"id": Q, "attempts": 2}, now=created_at) is True
     updated_at = clock.advance(60)
-    assert await store.queue_upsert(QueueConfig(id=Q, attempts=7), now=updated_at) is False
+    assert await store.queue_upsert({"id": Q, "attempts": 7}, now=updated_at) is False
 
     record = await store.queue_get(Q)
     assert record is not None
-    assert record.config.attempts == 7
+    assert record.spec.attempts == 7
     assert (record.created_at, record.updated_at) == (created_at, updated_at)
+
+
+# every key of a queue's settings, a secret among them
+SETTINGS = {
+    "id": Q, "delivery_strategy": "at_most_once", "attempts": 5, "concurrency": 10,
+    "critical_concurrency": 2, "ordering": "priority_then_time", "aging_seconds": 5,
+    "timeout_seconds": 30, "heartbeat_timeout_seconds": 10, "default_weight": 2,
+    "timezone": "Europe/Paris", "time_windows": [{"start": "09:00", "end": "17:00"}],
+    "quotas": {"field": "tenant", "shares": {"a": 0.5}, "default": 0.25, "lend_unused": True},
+    "rate_limit": {"launches": 5, "per_seconds": 1, "by": "tenant"},
+    "backoff": {"scope": "group", "field": "tenant", "initial_seconds": 2, "max_seconds": 10},
+    "adaptive": {"min": 2, "increase_every": 5, "decrease": 0.7},
+    "merge_by_ordering_key": True, "ordering_key_mode": "relaxed_on_retry",
+    "target": {"kind": "http", "url": "http://127.0.0.1:9/x", "auth": {"token": "s3cret"}},
+    "correlation": {"response": "{body.key}"}, "throttler": {"plugin": "plugins.x:Y"},
+    "retry": {"strategy": "exponential", "base_seconds": 2, "options": {"max_seconds": 9}},
+}
+
+
+async def test_queue_settings_are_kept_and_read_as_a_spec(store: Store,
+                                                          clock: FakeClock) -> None:
+    """The store keeps a queue's settings as their JSON mapping and gives them back
+    with the spec made of them: the spec the edge's model makes of the same settings."""
+    config = QueueConfig.model_validate(SETTINGS)
+    await store.queue_upsert(config.stored(), now=clock.now())
+    record = await store.queue_get(Q)
+    assert record is not None
+    assert record.settings == {**config.stored(), "paused": False}
+    assert record.spec == config.to_spec()
+    assert (record.spec.custom_throttler, record.spec.retry.options) == (
+        True, {"base_seconds": 2, "max_seconds": 9})
+    assert QueueConfig.model_validate(record.settings) == config
+    with pytest.raises(TypeError):
+        record.settings["attempts"] = 1  # type: ignore[index]
+    (listed,) = await store.queue_list()
+    assert (listed.spec, listed.settings) == (record.spec, record.settings)
+
+
+async def test_queue_settings_are_stored_not_shared(store: Store, clock: FakeClock) -> None:
+    """What the caller does to the mapping it gave, or a reader to one it got, is
+    not the store's."""
+    settings: dict[str, Any] = {"id": Q, "concurrency": 2,
+                                "quotas": {"field": "t", "shares": {"a": 0.5}}}
+    await store.queue_upsert(settings, now=clock.now())
+    settings["quotas"]["shares"]["a"] = 1.0
+    record = await store.queue_get(Q)
+    assert record is not None
+    record.settings["quotas"]["shares"]["b"] = 0.25
+    again = await store.queue_get(Q)
+    assert again is not None
+    assert again.settings["quotas"]["shares"] == {"a": 0.5}
+    assert dict(again.spec.quotas.shares) == {"a": 0.5}  # type: ignore[union-attr]
+
+
+async def test_queue_list_makes_a_spec_once_per_change(store: Store, clock: FakeClock) -> None:
+    await store.queue_upsert({"id": Q, "concurrency": 3}, now=clock.now())
+    (first,) = await store.queue_list()
+    (again,) = await store.queue_list()
+    assert again.spec is first.spec
+    await store.queue_set_paused(Q, True, now=clock.advance(1))
+    (paused,) = await store.queue_list()
+    assert paused.spec is not first.spec
+    assert (paused.spec.paused, paused.settings["paused"], paused.spec.concurrency) == (
+        True, True, 3)
 
 
 async def test_queue_get_missing_is_none(store: Store) -> None:
@@ -88,18 +152,19 @@ async def test_queue_get_missing_is_none(store: Store) -> None:
 
 async def test_queue_list_is_sorted_by_id(store: Store, clock: FakeClock) -> None:
     for name in ("b", "c", "a"):
-        await store.queue_upsert(QueueConfig(id=name), now=clock.now())
+        await store.queue_upsert({"id": name}, now=clock.now())
     assert [r.id for r in await store.queue_list()] == ["a", "b", "c"]
 
 
 async def test_queue_set_paused(store: Store, clock: FakeClock) -> None:
-    await store.queue_upsert(QueueConfig(id=Q), now=clock.now())
+    await store.queue_upsert({"id": Q}, now=clock.now())
 
     assert await store.queue_set_paused(Q, True, now=clock.now()) is True
     record = await store.queue_get(Q)
     assert record is not None
     assert record.paused is True
-    assert record.config.paused is True
+    assert record.spec.paused is True
+    assert record.settings["paused"] is True
     assert await store.queue_set_paused("nope", True, now=clock.now()) is False
 
 
@@ -1001,8 +1066,8 @@ async def test_daemon_leave(store: Store, clock: FakeClock) -> None:
 
 async def test_queue_stats(store: Store, clock: FakeClock) -> None:
     t0 = clock.now()
-    await store.queue_upsert(QueueConfig(id=Q, concurrency=10), now=t0)
-    await store.queue_upsert(QueueConfig(id="idle", paused=True), now=t0)
+    await store.queue_upsert({"id": Q, "concurrency": 10}, now=t0)
+    await store.queue_upsert({"id": "idle", "paused": True}, now=t0)
     await start(store, clock, make_job(clock, "r1", weight=2), make_job(clock, "r2", weight=3))
     await insert(store, make_job(clock, "due-old", run_at=t0 - timedelta(seconds=40)),
                  make_job(clock, "due", run_at=t0),

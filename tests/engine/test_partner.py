@@ -274,7 +274,7 @@ async def test_the_adaptive_limit_survives_a_new_owner(
     # effective 3: five still run (accepted, adopted), so nothing more launches
     assert other.ids() == []
     assert successor.partner.effective(
-        (await hipq.get_queue("q")).config.to_spec()) == 3
+        (await hipq.get_queue("q")).spec) == 3
 
 
 async def test_held_counts_by_reason_are_stored_with_the_queue(

@@ -206,3 +206,125 @@ async def test_the_owner_describes_each_partner(
     assert whole["buckets"][0]["room_at"] == clock.now() + timedelta(seconds=1)
     assert seen["keys"] == []
     assert seen["key_count"] == 0
+
+
+def reporting(*headers: tuple[str, str]) -> Any:
+    """A behaviour: every launch accepted, the answer carrying these headers."""
+    def answer(j: Job) -> LaunchOutcome:
+        return Accepted(budget=tuple(headers))
+    return answer
+
+
+async def test_a_queue_of_its_own_obeys_the_budget_its_partner_reports(
+        hipq: Hipq, reconciler: Reconciler, store: Store, clock: FakeClock,
+        target: MemoryTarget) -> None:
+    await hipq.create_queue(queue("q", concurrency=100))
+    for i in range(30):
+        await enqueue(hipq, f"j{i:02d}")
+    target.behaviour = reporting(("x-ratelimit-limit", "100"), ("x-ratelimit-remaining", "3"),
+                                 ("x-ratelimit-reset", "10"))
+    assert (await tick(reconciler)).launched == 30  # nothing reported before the answers
+    for held in running(reconciler):
+        await respond(hipq, held.id, "q", status="succeeded")
+    for i in range(30, 60):
+        await enqueue(hipq, f"j{i:02d}")
+    await tick(reconciler)  # the answers said: 3 left until 10 s from now
+    launched = len(target.launched) - 30
+    assert launched <= 3
+    for _ in range(5):
+        clock.advance(1)
+        await tick(reconciler)
+    assert len(target.launched) - 30 <= 3  # not one more before the reset
+    clock.advance(5)
+    assert (await tick(reconciler)).launched > 3
+
+
+async def test_a_partner_reporting_nothing_left_gets_nothing_before_its_reset(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget) -> None:
+    reconciler = engine(store, clock, target, cost={"estimate": "max_tokens"})
+    await two_queues(hipq, 1, max_tokens=100)
+    target.behaviour = reporting(("x-ratelimit-limit-tokens", "90000"),
+                                 ("x-ratelimit-remaining-tokens", "0"),
+                                 ("x-ratelimit-reset-tokens", "6m0s"),
+                                 ("x-ratelimit-limit-requests", "500"),
+                                 ("x-ratelimit-remaining-requests", "499"),
+                                 ("x-ratelimit-reset-requests", "120ms"))
+    assert (await tick(reconciler)).launched == 2
+    for name in QUEUES:
+        await enqueue(hipq, f"{name}-more", name, data={"max_tokens": 100})
+    await tick(reconciler)  # OpenAI's answer: no tokens left, full again in 6 minutes
+    assert len(target.launched) == 2
+    # a token bucket: 90,000 refill linearly over 360 s, 250 a second; 100 take 0.4 s
+    clock.advance(0.3)
+    await tick(reconciler)
+    assert len(target.launched) == 2
+    clock.advance(0.15)
+    await tick(reconciler)
+    assert len(target.launched) == 3
+    seen = reconciler.budgets.snapshot("llm", clock.now())
+    assert {b["name"] for b in seen["whole"]["buckets"] if b["source"] == "partner"} == {
+        "requests", "tokens"}
+
+
+@pytest.mark.parametrize("headers", [
+    (("ratelimit", "limit=100, remaining=0, reset=30"),),
+    (("x-ratelimit-limit", "100"), ("x-ratelimit-remaining", "0"),
+     ("x-ratelimit-reset", "30")),
+])  # OpenAI's and Anthropic's are token buckets: they refill until the reset (above)
+async def test_nothing_left_in_a_window_means_nothing_before_its_reset(
+        hipq: Hipq, store: Store, clock: FakeClock, target: MemoryTarget,
+        headers: tuple[tuple[str, str], ...]) -> None:
+    reconciler = engine(store, clock, target)
+    await two_queues(hipq, 1)
+    target.behaviour = reporting(*headers)
+    assert (await tick(reconciler)).launched == 2
+    for name in QUEUES:
+        await enqueue(hipq, f"{name}-more", name)
+    for _ in range(29):
+        await tick(reconciler)
+        assert len(target.launched) == 2
+        clock.advance(1)
+    clock.advance(1)
+    await tick(reconciler)
+    assert len(target.launched) == 4
+
+
+async def test_a_partners_queues_have_one_owner_and_move_together(
+        hipq: Hipq, store: Store, clock: FakeClock) -> None:
+    """Two daemons, a partner's two queues and two queues of their own: the partner's
+    queues are leased by one daemon; handed over, they move together and the next
+    owner's buckets start from what the first one launched (no bucket is exceeded as
+    the partner counts it: 10 a minute across both daemons)."""
+    partner = {"limits": [{"requests": 10, "per_seconds": 60}]}
+    first, second = MemoryTarget(), MemoryTarget()
+    a = engine(store, clock, first, **partner)
+    a.leases.owner = a.owner = "o1"
+    b = Reconciler(store, clock=clock, owner="o2", targets=Targets(memory={"t": second}),
+                   partners=dict(a.budgets.partners))
+    await two_queues(hipq, 30)
+    for name in ("alone-1", "alone-2"):
+        await hipq.create_queue(queue(name, concurrency=5))
+    await tick(a)
+    await tick(b)
+    clock.advance(2)
+    await tick(a)
+    await tick(b)
+    holders = [r for r in (a, b) if set(QUEUES) & r.held]
+    assert len(holders) == 1
+    assert set(QUEUES) <= holders[0].held  # both, never one each
+    launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
+    assert launched == 10
+    owner = holders[0]
+    other = b if owner is a else a
+    owner.leases.releasing |= set(QUEUES) & owner.leases.held  # a handover
+    owner.leases.held -= set(QUEUES)
+    await tick(owner)  # written back, released
+    other.leases.force = True  # a rebalance now (else at its next renewal)
+    await tick(other)
+    assert set(QUEUES) <= other.held
+    launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
+    assert launched == 10  # the same minute: the next owner launches nothing more
+    clock.advance(60)
+    await tick(other)
+    launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
+    assert launched == 20

@@ -74,7 +74,7 @@ async def test_a_producers_throttled_status_pauses_no_queue(
     assert await pauses(store) == {}
     assert reconciler.partner.queue_pause("q", clock.now()) is None
     assert reconciler.partner.effective(
-        (await hipq.get_queue("q")).config.to_spec()) == 10  # no decrease either
+        (await hipq.get_queue("q")).spec) == 10  # no decrease either
     await enqueue(hipq, "theirs")
     assert (await tick(reconciler)).launched == 1
     assert (await job(hipq, "theirs")).status is JobState.RUNNING
@@ -230,7 +230,7 @@ async def test_a_producers_failed_status_of_kind_timeout_leaves_the_adaptive_lim
     or the target's, is)."""
     await hipq.create_queue(queue(concurrency=10, adaptive={"min": 1}, attempts=5,
                                   timeout_seconds=30))
-    spec = (await hipq.get_queue("q")).config.to_spec()
+    spec = (await hipq.get_queue("q")).spec
     await enqueue(hipq, "mine")
     await tick(reconciler)
     await _status(hipq, "mine", status="failed", error={"kind": "timeout", "from_partner": True})

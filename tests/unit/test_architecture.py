@@ -6,6 +6,7 @@ in."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ IO_LIBRARIES = ("sqlalchemy", "asyncpg", "aiosqlite", "aiohttp", "aiokafka", "ap
 # the pure core: importing one of these loads no I/O library, whatever it imports in turn
 PURE_MODULES = (
     "hipq.jobs", "hipq.spec", "hipq.paths", "hipq.pause_scope", "hipq.plugins", "hipq.retry",
-    "hipq.throttling",
+    "hipq.queue_settings", "hipq.throttling",
     *sorted(f"hipq.throttling.{p.stem}" for p in (PACKAGE / "throttling").glob("*.py")
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
@@ -216,6 +217,58 @@ def test_throttling_imports_neither_config_nor_plugins() -> None:
             n.module for n in ast.walk(ast.parse(path.read_text()))
             if isinstance(n, ast.ImportFrom) and n.module}  # TYPE_CHECKING ones too
         assert not {m for m in imports if m.startswith(("hipq.config", "hipq.plugins"))}, path
+
+
+def _imported_anywhere(path: Path) -> set[str]:
+    """Every module ``path`` names for import, wherever: at module level, under ``if
+    TYPE_CHECKING``, in a function or a class; ``from a import b`` counts as ``a``
+    and ``a.b``, a relative import resolved; a string that is a whole dotted name
+    counts too (``importlib.import_module("x")``, a table of lazy imports)."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[:len(package) - node.level + 1], node.module or ""]
+                            if node.level else [node.module or ""]).strip(".")
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", node.value)):
+            found.add(node.value)
+    return found
+
+
+# what the store must not import: it speaks hipq.spec types and JSON mappings
+NOT_IN_THE_STORE = ("hipq.config", "pydantic", "pydantic_core")
+
+
+def test_the_store_imports_neither_the_config_nor_pydantic() -> None:
+    """No module under ``hipq/store`` imports ``hipq.config`` or pydantic, for typing
+    or at run time, at module level or in a function (comments aside, nothing is
+    exempt): a queue's settings come and go as a JSON mapping and a
+    :class:`~hipq.spec.QueueSpec` (:mod:`hipq.queue_settings`)."""
+    bad = sorted(f"{path.relative_to(PACKAGE)}: {module}"
+                 for path in (PACKAGE / "store").rglob("*.py")
+                 for module in _imported_anywhere(path)
+                 if any(module == name or module.startswith(name + ".")
+                        for name in NOT_IN_THE_STORE))
+    assert bad == []
+
+
+def test_no_store_module_loads_the_config_or_pydantic() -> None:
+    """By the whole import chain: every module of the store imported in a fresh
+    interpreter leaves neither ``hipq.config`` nor pydantic in ``sys.modules``."""
+    modules = sorted(_module_name(p) for p in (PACKAGE / "store").rglob("*.py"))
+    code = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
+            "print(','.join(sorted(m for m in sys.modules "
+            f"if m.partition('.')[0] in {NOT_IN_THE_STORE[1:]!r} or m == 'hipq.config')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.strip()
+    assert out == "", f"importing the store loads {out}"
 
 
 @pytest.mark.parametrize("module", ["hipq", *PURE_MODULES])

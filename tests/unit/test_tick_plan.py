@@ -40,6 +40,7 @@ from hipq.engine.result import ReconcileResult
 from hipq.errors import StoreConflict
 from hipq.jobs import ErrorKind, Job, JobError, JobState
 from hipq.store.records import ChangeKind, InboxPage, InboxRow, QueueRecord
+from hipq.store.rows import queue_record
 from hipq.targets import Completed, Targets
 from hipq.testing import FakeClock, MemoryTarget
 
@@ -70,9 +71,9 @@ class World:
         self.target = target or MemoryTarget()
         self.engine = Reconciler(NoStore(), clock=FakeClock(NOW), owner="o1",  # type: ignore[arg-type]
                                  config=config, targets=Targets(memory={"t": self.target}))
-        self.record = QueueRecord(
-            config=QueueConfig(id="q", target={"kind": "memory", "name": "t"}, **queue),
-            paused=False, created_at=NOW, updated_at=NOW)
+        config = QueueConfig(id="q", target={"kind": "memory", "name": "t"}, **queue)
+        self.record = queue_record({"config": config.stored(), "paused": False,
+                                    "created_at": NOW, "updated_at": NOW})
         self.now = NOW
         self.due: list[Job] = []  # what the next ReadDue finds
         self.stored: dict[str, Job] = {}  # the jobs by id, as the store has them

@@ -1,6 +1,7 @@
 // The hipq dashboard: plain JS over the HTTP API; no build step, no dependencies.
 // Views (by URL hash): #/ queues, #/queue/NAME, #/job/QUEUE/ID, #/finished/QUEUE/STATUS,
-// #/search/ID[/QUEUE], #/morgue, #/unmatched (docs/dashboard.md). Times are shown in UTC.
+// #/search/ID[/QUEUE], #/morgue, #/unmatched, #/partners, #/partner/ID (docs/dashboard.md).
+// Times are shown in UTC.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -92,12 +93,13 @@ function stopRefresh() { if (state.timer) clearTimeout(state.timer); state.timer
 
 async function route() {
   stopRefresh();
+  const gen = state.gen = (state.gen || 0) + 1;  // a tick of an earlier route stops at its end
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   for (const a of document.querySelectorAll("header nav a")) {
-    a.classList.toggle("active", a.dataset.view === (parts[0] || "queues"));
+    a.classList.toggle("active", a.dataset.view === ({ partner: "partners" }[parts[0]] || parts[0] || "queues"));
   }
   const view = { queue: queueView, job: jobView, morgue: morgueView, unmatched: unmatchedView,
-    finished: finishedView, search: searchView }[parts[0]] || queuesView;
+    finished: finishedView, search: searchView, partners: partnersView, partner: partnerView }[parts[0]] || queuesView;
   const tick = async () => {
     if (state.timer && editing()) { state.timer = setTimeout(tick, REFRESH_MS); return; }
     try {
@@ -107,7 +109,7 @@ async function route() {
       if (err.status === 401) { sessionStorage.removeItem("hipq-token"); showLogin(err.message); return; }
       $("#view").innerHTML = `<section><p class="error">${esc(err.message)}</p></section>`;
     }
-    if (view.live) state.timer = setTimeout(tick, REFRESH_MS);
+    if (view.live && gen === state.gen) state.timer = setTimeout(tick, REFRESH_MS);
   };
   await tick();
 }
@@ -450,7 +452,8 @@ async function queueView(name) {
     (weight ${s.running_weight ?? 0}/${queue.config.concurrency ?? "&infin;"}${adaptiveWords(queue)}),
     lag ${s.oldest_due_age_seconds == null ? "-" : s.oldest_due_age_seconds.toFixed(1) + " s"}
     ${may("admin") ? `<button class="toggle" id="toggle">${queue.paused ? "resume" : "pause"}</button>` : ""}
-    &middot; <a id="finished-link" href="#/finished/${enc(name)}/">finished jobs</a></p>
+    &middot; <a id="finished-link" href="#/finished/${enc(name)}/">finished jobs</a>${queue.config.partner
+      ? ` &middot; partner <a id="partner-link" href="#/partner/${enc(queue.config.partner)}">${esc(queue.config.partner)}</a>` : ""}</p>
     ${queue.paused ? '<p id="paused-words" class="warn">Paused by an operator: no job of this queue launches until it is resumed (running jobs finish).</p>' : ""}
     ${partnerWords(queue)}${waits}</section>
     <div class="grid"><section id="queue-outcomes"><h2>Outcomes per minute, last hour</h2>${outcomeChart(outcomes, "queue-chart")}</section>
@@ -708,6 +711,121 @@ async function unmatchedView() {
   });
   $("#refresh").addEventListener("click", () => route());
 }
+
+// -- partners (GET /v1/partners[/ID]: what the owner of their queues wrote, every second) --
+
+const num = (n) => (n == null ? "-" : Number.isInteger(n) ? String(n)
+  : n.toFixed(Math.abs(n) < 10 ? 2 : 1).replace(/\.?0+$/, ""));
+
+// a bucket in a list: its name, a bar of used of limit, the numbers
+const miniBucket = (b) => `<div class="mini" data-bucket="${esc(b.name)}"><code>${esc(b.name)}</code>
+  ${b.limit == null ? "" : meter(b.used, b.limit)} <span class="muted">${b.limit == null
+    ? `${num(b.remaining)} left` : `${num(b.used)}/${num(b.limit)}`}</span></div>`;
+
+// a bar: used of limit (full: red, over 80%: amber)
+function meter(used, limit) {
+  const share = limit > 0 ? Math.min(Math.max(used / limit, 0), 1) : 0;
+  const cls = share >= 1 ? "full" : share >= 0.8 ? "high" : "";
+  return `<svg class="meter" viewBox="0 0 100 10" preserveAspectRatio="none" role="img"
+    aria-label="${esc(`${num(used)} of ${num(limit)}`)}"><rect class="track" width="100" height="10"/>
+    <rect class="used ${cls}" width="${(share * 100).toFixed(1)}" height="10"/></svg>`;
+}
+
+// when a bucket has room again: "now", or its time
+function roomWords(bucket, updatedAt) {
+  if (!bucket.room_at || !updatedAt || new Date(bucket.room_at) <= new Date(updatedAt)) return "room now";
+  return `room at ${utc(bucket.room_at)}`;
+}
+
+function bucketRows(partner) {
+  if (!partner.buckets.length) return '<tr><td colspan="5" class="muted">no buckets (no limits declared)</td></tr>';
+  return partner.buckets.map((b) => `<tr data-bucket="${esc(b.name)}">
+    <td><code>${esc(b.name)}</code> <span class="muted">${esc(b.source)}</span></td>
+    <td class="meter-cell">${b.limit == null ? "" : meter(b.used, b.limit)}</td>
+    <td class="num used">${b.limit == null ? `${esc(b.unit)}: limit not reported`
+      : `${num(b.used)} of ${num(b.limit)} ${esc(b.unit)}`}</td>
+    <td class="num">${num(b.remaining)} left</td>
+    <td class="time room">${esc(roomWords(b, partner.updated_at))}</td></tr>`).join("");
+}
+
+function flightWords(p) {
+  return `${p.in_flight} of ${p.concurrency ?? "&infin;"} in flight`;
+}
+
+function learnedWords(p) {
+  return p.learned_rate == null ? '<span class="muted">nothing learned</span>'
+    : `<span class="warn">${num(p.learned_rate)}/s learned</span>`;
+}
+
+function ownerWords(p) {
+  return p.owner ? `written by <code>${esc(p.owner)}</code> at ${esc(utc(p.updated_at))}`
+    : "no daemon holds its queues yet: its limits as declared";
+}
+
+async function partnersView() {
+  const { partners } = await api("GET", "/v1/partners");
+  const rows = partners.map((p) => `<tr data-partner="${esc(p.id)}">
+    <td><a href="#/partner/${enc(p.id)}">${esc(p.id)}</a></td>
+    <td>${p.buckets.map(miniBucket).join("") || '<span class="muted">no limits</span>'}</td>
+    <td class="num flight">${flightWords(p)}</td><td>${learnedWords(p)}</td>
+    <td class="num">${p.accepted_total}</td><td class="num">${p.refused_total}</td>
+    <td class="muted owner">${ownerWords(p)}</td></tr>`);
+  $("#view").innerHTML = `${takeFlash()}<section id="partners"><h2>Partners</h2>
+    <table><thead><tr><th>partner</th><th>buckets (used of limit)</th><th class="num">concurrency</th>
+    <th>learned rate</th><th class="num">accepted</th><th class="num">refused</th><th>as seen</th></tr></thead>
+    <tbody>${rows.join("") || '<tr><td colspan="7" class="muted">no partners declared (<code>partners:</code> in the settings)</td></tr>'}
+    </tbody></table><p class="muted">Every queue that names a partner takes from its buckets.
+    Accepted and refused: counted by the daemon that holds its queues now.</p></section>`;
+}
+partnersView.live = true;
+
+// accepted (green) and refused (red) per minute, stacked
+function partnerChart(minutes, id) {
+  const w = 480, base = 120, bw = w / Math.max(minutes.length, 1);
+  const top = Math.max(1, ...minutes.map((m) => m.accepted + m.refused));
+  const bars = minutes.map((m, i) => {
+    if (!m.accepted && !m.refused) return "";
+    const ok = m.accepted / top * (base - 4), bad = m.refused / top * (base - 4);
+    const x = (i * bw + 0.5).toFixed(1), bwidth = Math.max(bw - 1, 1).toFixed(1);
+    return `<g data-minute="${esc(m.minute)}"><title>${esc(`${hhmm(m.minute)} UTC: ${m.accepted} accepted, ${m.refused} refused`)}</title>
+      <rect class="ok" x="${x}" y="${(base - ok).toFixed(1)}" width="${bwidth}" height="${ok.toFixed(1)}"/>
+      ${bad ? `<rect class="bad" x="${x}" y="${(base - ok - bad).toFixed(1)}" width="${bwidth}" height="${bad.toFixed(1)}"/>` : ""}</g>`;
+  }).join("");
+  const accepted = minutes.reduce((s, m) => s + m.accepted, 0), refused = minutes.reduce((s, m) => s + m.refused, 0);
+  const empty = accepted + refused ? "" : '<p class="empty muted">nothing launched in the last hour</p>';
+  return `<div class="chartbox"><div class="axis"><span>${top}/min</span></div>
+    <svg class="bars" id="${id}" viewBox="0 0 ${w} ${base}" preserveAspectRatio="none" role="img"
+      aria-label="accepted and refused per minute"><line x1="0" y1="${base - 0.5}" x2="${w}" y2="${base - 0.5}" stroke="#d0d5dd"/>
+    ${bars}</svg>${empty}
+    <div class="axis"><span>${minutes.length ? esc(hhmm(minutes[0].minute)) + " UTC" : ""}</span><span>now</span></div></div>
+    <p class="muted legend"><span class="key ok">&#9632;</span> accepted <span class="key bad">&#9632;</span> refused</p>
+    <p class="muted" id="${id}-total">Last hour: ${accepted} accepted, ${refused} refused.</p>`;
+}
+
+function keyRows(p) {
+  return p.keys.map((k) => `<tr data-key="${esc(k.key)}"><td><code>${esc(k.key)}</code></td>
+    <td class="num">${k.in_flight}</td><td>${learnedWords(k)}</td>
+    <td>${k.buckets.map(miniBucket).join("")}</td>
+    <td class="num">${k.accepted_total}</td><td class="num">${k.refused_total}</td></tr>`).join("");
+}
+
+async function partnerView(id) {
+  const p = await api("GET", `/v1/partners/${enc(id)}`);
+  const keys = p.by ? `<section id="keys"><h2>Busiest keys <span class="muted">(by <code>${esc(p.by)}</code>:
+    ${p.key_count} kept)</span></h2><table><thead><tr><th>key</th><th class="num">in flight</th><th>learned rate</th>
+    <th>buckets</th><th class="num">accepted</th><th class="num">refused</th></tr></thead>
+    <tbody>${keyRows(p) || '<tr><td colspan="6" class="muted">none yet</td></tr>'}</tbody></table></section>` : "";
+  $("#view").innerHTML = `${takeFlash()}<section id="partner-page"><h2><a href="#/partners">Partners</a> / ${esc(p.id)}</h2>
+    <p class="muted" id="seen">${ownerWords(p)}</p>
+    <p id="concurrency">${p.concurrency == null ? "" : meter(p.in_flight, p.concurrency)}
+      <span>${flightWords(p)}</span> &middot; <span id="learned">${learnedWords(p)}</span>
+      &middot; ${p.accepted_total} accepted, ${p.refused_total} refused in all</p>
+    <table id="buckets"><thead><tr><th>bucket</th><th>use</th><th class="num">used</th><th class="num">left</th><th>room</th></tr></thead>
+    <tbody>${bucketRows(p)}</tbody></table></section>
+    <section id="partner-minutes"><h2>Accepted and refused per minute, last hour</h2>${partnerChart(p.minutes, "partner-chart")}</section>
+    ${keys}`;
+}
+partnerView.live = true;
 
 // -- start ------------------------------------------------------------------------------
 
