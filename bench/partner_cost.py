@@ -151,6 +151,16 @@ async def partner_view(base: str) -> Any:
             return None
 
 
+def timeline(stats: dict[str, Any], opened_epoch: float) -> dict[str, list[list[int]]]:
+    """Per key, per second of the window: [second, accepted, refused]."""
+    counts: dict[str, dict[int, list[int]]] = {key: {} for key in KEYS}
+    for at, key, status in stats.get("requests", []):
+        if key in counts:
+            second = counts[key].setdefault(int(at - opened_epoch), [0, 0])
+            second[0 if status in (200, 202) else 1] += 1
+    return {key: [[n, *seconds[n]] for n in sorted(seconds)] for key, seconds in counts.items()}
+
+
 def per_key(stats: dict[str, Any], seconds: float) -> dict[str, Any]:
     out = {}
     for key in KEYS:
@@ -200,7 +210,7 @@ async def run(*, database: str = "sqlite", seconds: float = MEASURE_SECONDS,
                 await asyncio.sleep(0.05)
             await asyncio.sleep(warmup)
             await partner.reset()
-            opened = time.monotonic()
+            opened, opened_epoch = time.monotonic(), time.time()
             await asyncio.sleep(seconds)
             stats = await partner.stats()
             window = time.monotonic() - opened
@@ -231,6 +241,7 @@ async def run(*, database: str = "sqlite", seconds: float = MEASURE_SECONDS,
         "max_refused_share": max(k["refused_share"] for k in keys.values()),
         "window_ran_dry": done_at_close >= jobs, "loadavg": load,
         "hipq_partner_view": view, **result,
+        "timeline": timeline(stats, opened_epoch),
     }
     report["passed"] = (report["min_cost_share"] >= MIN_COST_SHARE
                         and report["max_refused_share"] < MAX_REFUSED_SHARE
