@@ -209,7 +209,8 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
         details.update(await dp.run_durable(args, workdir, notes))
         await run_partner(args, workdir, notes, details)
         details.update(await nd.run_phase(args, workdir, notes))
-        details["postgres"] = details.get("postgres_durable", {}).get("server_version", "-")
+        details["postgres"] = (details.get("postgres_durable", {}).get("server_version")
+                               or details.get("nginx_postgres", "-"))
         return details
     with postgres(args.database_url) as server:
         details["postgres"] = await server_version(server)

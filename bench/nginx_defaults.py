@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
@@ -236,9 +237,21 @@ async def run_phase(args: argparse.Namespace, workdir: Path,
             if not report["passed"]:
                 notes.append(f"nginx {key} did not meet the goal: {brief(report)}")
             out[key] = report
+        version = await server_version(server) if needs_pg else None
     if args.nginx_jobs != 3000:
         notes.append(f"nginx: {args.nginx_jobs:,} jobs a set-up (issue: 3,000)")
-    return {"nginx": out, "nginx_phase_s": round(time.monotonic() - started, 1)}
+    result: dict[str, Any] = {"nginx": out, "nginx_phase_s": round(time.monotonic() - started, 1)}
+    if version is not None:
+        result["nginx_postgres"] = version
+    return result
+
+
+async def server_version(server: str) -> str:
+    conn = await asyncpg.connect(server)
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
 
 
 def summary(details: dict[str, Any]) -> dict[str, Any]:
