@@ -23,6 +23,11 @@ Phases (``--only`` picks some; every phase uses its own fresh database):
    PostgreSQL (stock durability) with one, and with three, the owner SIGKILLed.
 8. sql-enqueue (bench/sql_enqueue.py, docs/from-your-database.md): 10,000 jobs in one hipq.sql
    transaction; intake ingestion against the batch API, on PostgreSQL with stock durability.
+9. nginx (bench/nginx_defaults.py, docs/throttling.md, "What hipq does with no setting"):
+   queues with no setting but ``concurrency: 60`` in front of nginx's limit_req (100 r/s,
+   burst 10, a bare 429) or limit_conn 5 and a 50 ms backend: limit_req on SQLite and on
+   PostgreSQL (stock durability), limit_conn on SQLite, two queues naming one partner on
+   SQLite, and PostgreSQL with three daemons, the owner SIGKILLed.
 
 Prints a table, writes ``--out`` (bench/results/results.json). Progress goes to stderr.
 """
@@ -46,6 +51,7 @@ from typing import Any
 import durable_phases as dp
 import hipq_scenarios as hs
 import idle_memory as im
+import nginx_defaults as nd
 import partner_proof as pp
 import sql_enqueue as se
 from common import BENCH, PYTHON, drop_database, fresh_database, loadavg, log, machine, postgres
@@ -53,7 +59,7 @@ from common import BENCH, PYTHON, drop_database, fresh_database, loadavg, log, m
 PEER_VENV = BENCH / ".peer-venv"
 PEER_REQUIREMENTS = ["procrastinate==3.10.0", "psycopg[binary]>=3.2"]
 FSYNC_OFF_PHASES = ("lifecycle", "latency", "memory", "tick", "peer")
-PHASES = (*FSYNC_OFF_PHASES, *dp.PHASES, "partner", *se.PHASES)
+PHASES = (*FSYNC_OFF_PHASES, *dp.PHASES, "partner", *se.PHASES, "nginx")
 
 
 # -- phases ---------------------------------------------------------------------------
@@ -202,7 +208,9 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
     if not any(p in args.only for p in FSYNC_OFF_PHASES):
         details.update(await dp.run_durable(args, workdir, notes))
         await run_partner(args, workdir, notes, details)
-        details["postgres"] = details.get("postgres_durable", {}).get("server_version", "-")
+        details.update(await nd.run_phase(args, workdir, notes))
+        details["postgres"] = (details.get("postgres_durable", {}).get("server_version")
+                               or details.get("nginx_postgres", "-"))
         return details
     with postgres(args.database_url) as server:
         details["postgres"] = await server_version(server)
@@ -225,6 +233,7 @@ async def run_all(args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
             details[phase]["phase_s"] = round(time.monotonic() - started, 1)
     details.update(await dp.run_durable(args, workdir, notes))
     await run_partner(args, workdir, notes, details)
+    details.update(await nd.run_phase(args, workdir, notes))
     return details
 
 
@@ -279,6 +288,7 @@ def summary(details: dict[str, Any]) -> dict[str, Any]:
     out.update(dp.summary(details))
     out.update(pp.summary(details))
     out.update(se.summary(details))
+    out.update(nd.summary(details))
     return out
 
 
@@ -332,6 +342,7 @@ TARGETS: list[tuple[str, str, str, float | None]] = [
     ("partner_attempts_on_429s_x3_kill", "partner proof x3 kill: attempts spent on 429s", "<",
      1),
     *se.TARGETS,
+    *nd.TARGETS,
 ]
 
 
@@ -403,6 +414,7 @@ def print_table(results: dict[str, Any]) -> None:
     dp.print_tables(details)
     pp.print_table(details)
     se.print_table(details)
+    nd.print_table(details)
     for note in results["notes"]:
         print(f"note: {note}")
 
@@ -461,6 +473,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     dp.add_arguments(p, ints)
     pp.add_arguments(p)
     se.add_arguments(p)
+    nd.add_arguments(p)
     args = p.parse_args(argv)
     args.only = [x for x in args.only.split(",") if x]
     unknown = set(args.only) - set(PHASES)
@@ -472,6 +485,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.tick_sizes = [1000, 100000]
         dp.quick(args)
         args.partner_jobs = 2000
+        args.nginx_jobs = 2000
     return args
 
 
@@ -483,7 +497,8 @@ def reductions(args: argparse.Namespace) -> list[str]:
              "memory_queued": (args.memory_queued, 100000),
              "memory_running": (args.memory_running, 10000),
              "peer_jobs": (args.peer_jobs, 20000),
-             "partner_jobs": (args.partner_jobs, 3000)}
+             "partner_jobs": (args.partner_jobs, 3000),
+             "nginx_jobs": (args.nginx_jobs, 3000)}
     notes = [f"{name} = {value:,g} (issue: {issue:,g})"
              for name, (value, issue) in sizes.items() if value != issue]
     notes += dp.reductions(args)

@@ -212,10 +212,11 @@ async def enqueue(base: str, jobs: int, prefix: str) -> None:
                     raise SystemExit(f"batch enqueue answered {answer.status}: {out}")
 
 
-async def kill_owner(reader: Reader, daemons: list[Daemon], run: Run) -> bool:
-    """SIGKILL the daemon that holds the queue's lease (its pid is in the owner id,
+async def kill_owner(reader: Reader, daemons: list[Daemon], run: Run,
+                     queue: str = QUEUE) -> bool:
+    """SIGKILL the daemon that holds ``queue``'s lease (its pid is in the owner id,
     ``host:pid:suffix``, hipq/daemon.py make_owner_id); False if none holds it."""
-    owner = await reader.value(f"SELECT owner FROM leases WHERE queue = '{QUEUE}'")
+    owner = await reader.value(f"SELECT owner FROM leases WHERE queue = '{queue}'")
     if owner is None:
         return False
     pid = int(str(owner).rsplit(":", 2)[1])

@@ -27,6 +27,8 @@ HEADLINES = (
     "callback_jobs_per_s", "kafka_c1000_jobs_per_s", "kafka_unlimited_jobs_per_s",
     "hipq_over_procrastinate", "batch_enqueue_jobs_per_s", "sql_ingest_over_batch_api",
     "idle_rss_mb_100k_running", "idle_rss_mb_10q_1k_running", "partner_accepted_pct_x3_kill",
+    "nginx_accepted_pct_req_sqlite", "nginx_accepted_pct_x3_kill", "partner_cost_min_share_pct",
+    "partner_cost_max_refused_pct",
     "tick_ms_1k", "lost_jobs", "overshoots",
 )
 HEADER = """# Benchmark results
