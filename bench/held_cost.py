@@ -36,7 +36,7 @@ from hipq.bodies import EnqueueRequest
 from hipq.clock import SystemClock
 from hipq.config import QueueConfig, ReconcileConfig
 from hipq.engine import Reconciler
-from hipq.engine import partner as partner_module
+from hipq.engine import partner_word as partner_module
 from hipq.engine import selection as selection_module
 from hipq.service import Hipq
 from hipq.store import open_store

@@ -36,7 +36,7 @@ from hipq.clock import SystemClock
 from hipq.config import PartnerConfig, QueueConfig, ReconcileConfig
 from hipq.engine import Reconciler
 from hipq.engine.budgets import Budgets
-from hipq.engine.partner import PartnerWord
+from hipq.engine.partner_word import PartnerWord
 from hipq.service import Hipq
 from hipq.store import open_store
 from hipq.targets import Targets

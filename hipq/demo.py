@@ -51,7 +51,7 @@ from hipq.clock import Clock, SystemClock
 from hipq.config import Settings, load_config
 from hipq.daemon import Daemon
 from hipq.downstream.partner import PartnerError, PartnerProcess
-from hipq.engine.partner import effective_limit
+from hipq.engine.partner_word import effective_limit
 from hipq.log import setup_logging
 from hipq.service import Hipq
 from hipq.store.records import QueueState

@@ -113,7 +113,7 @@ def verdict(facts: Facts) -> Waiting:
 def effective_concurrency(queue: QueueSpec, effective: float | None) -> int | None:
     """The concurrency in force: the adaptive limit in whole units (never under
     ``adaptive.min`` nor over ``concurrency``), else the configured one (as
-    :meth:`hipq.engine.partner.PartnerWord.effective`)."""
+    :meth:`hipq.engine.partner_word.PartnerWord.effective`)."""
     concurrency = queue.concurrency
     if queue.adaptive is None or concurrency is None or effective is None:
         return concurrency

@@ -27,7 +27,7 @@ from datetime import datetime
 from aiohttp import web
 
 from hipq.clock import Clock, SystemClock
-from hipq.engine.partner import effective_limit, learned_rate
+from hipq.engine.partner_word import effective_limit, learned_rate
 from hipq.metrics import QueueWord
 from hipq.service import Hipq
 from hipq.spec import QueueSpec

@@ -5,7 +5,7 @@
 when ticks run) over ``reconciler`` (the state between ticks), ``plan`` (one tick,
 steps 0-5, as generators of ``requests``) and ``executor`` (the one part that awaits
 the store: the stage table); the steps' parts ``selection``, ``fates``, ``claims``
-and ``inline``; ``leases`` (ownership, adoption), ``inbox`` (responses), ``partner``
+and ``inline``; ``leases`` (ownership, adoption), ``inbox`` (responses), ``partner_word``
 (the partner's word), ``decide`` (pure decisions), ``runtimes`` (what queue settings
 build), ``throttle`` (the built-in throttler or a plugin), ``launcher`` (step 5) and
 ``maintenance`` (vacuum); ``batch`` holds the in-memory state.

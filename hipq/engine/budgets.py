@@ -18,7 +18,7 @@ account in this tick (an account is served in order). Everything here is O(the
 launches and ends of the tick); buckets are never recomputed from history.
 
 Kept in memory by the daemon that owns the partner's queues; what was learned is
-written with the queues' state (:class:`~hipq.engine.partner.PartnerWord`).
+written with the queues' state (:class:`~hipq.engine.partner_word.PartnerWord`).
 
 Pure: no I/O library; times are given.
 """

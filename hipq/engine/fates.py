@@ -3,7 +3,7 @@ or were extended, decided over copies, with no I/O.
 
 Jobs are frozen; the mutable parts of a held try are copied by
 :func:`~hipq.engine.decide.change_for`, and retry plugins get deep copies. An ended
-try also tells the partner's word (:mod:`hipq.engine.partner`, docs/throttling.md)
+try also tells the partner's word (:mod:`hipq.engine.partner_word`, docs/throttling.md)
 what it learned: a success may end its scope's streak and grows the adaptive limit,
 a timeout lowers it, a throttled try pauses its scope (its job comes back when the
 pause ends).

@@ -4,7 +4,7 @@
 The :class:`Reconciler` holds the engine's state between ticks: the **current
 batch** (:mod:`hipq.engine.batch`), this daemon's in-memory view of the running
 jobs of the queues it holds a lease on, and the parts that keep what a tick reads
-(:mod:`.leases`, :mod:`.inbox`, :mod:`.partner`, :mod:`.rates`, :mod:`.runtimes`).
+(:mod:`.leases`, :mod:`.inbox`, :mod:`.partner_word`, :mod:`.rates`, :mod:`.runtimes`).
 The database is authoritative; the batch is only ever changed after the database
 says so.
 
@@ -30,7 +30,7 @@ from hipq.engine.inbox import Inbox
 from hipq.engine.jobs_on_demand import JobsOnDemand
 from hipq.engine.launcher import Launcher
 from hipq.engine.leases import Leases
-from hipq.engine.partner import PartnerWord
+from hipq.engine.partner_word import PartnerWord
 from hipq.engine.plan import TickPlan
 from hipq.engine.rates import RateLog
 from hipq.engine.result import ReconcileResult

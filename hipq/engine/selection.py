@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from hipq.engine.batch import LazyJobs
 from hipq.engine.decide import drop_ends, held_reasons, plan_fetch, sift_decision
-from hipq.engine.partner import PartnerWord
+from hipq.engine.partner_word import PartnerWord
 from hipq.engine.requests import Plan, ReadDue, call
 from hipq.engine.result import Counters
 from hipq.engine.runtimes import QueueRuntime, Runtimes

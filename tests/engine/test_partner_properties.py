@@ -1,6 +1,6 @@
 """Properties of the partner's word (docs/throttling.md), over drawn runs.
 
-1. :class:`~hipq.engine.partner.PartnerWord` alone, over any sequence of throttled,
+1. :class:`~hipq.engine.partner_word.PartnerWord` alone, over any sequence of throttled,
    succeeded and timed-out tries: the effective limit stays within
    ``[adaptive.min, concurrency]``; a throttled try's pause lasts at least
    ``backoff.initial_seconds`` and at most a day; the queue is paused right after.
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from hipq.config import QueueConfig
 from hipq.engine import Reconciler
-from hipq.engine.partner import PartnerWord
+from hipq.engine.partner_word import PartnerWord
 from hipq.jobs import Job, JobState
 from hipq.service import Hipq
 from hipq.store import Store

@@ -25,7 +25,7 @@ PURE_MODULES = (
             if p.stem != "__init__"),
     "hipq.engine.decide", "hipq.engine.batch", "hipq.engine.held", "hipq.engine.result",
     "hipq.engine.tick_driver", "hipq.engine.requests", "hipq.engine.inline", "hipq.engine.leases",
-    "hipq.engine.inbox", "hipq.engine.partner", "hipq.store.records", "hipq.store.base",
+    "hipq.engine.inbox", "hipq.engine.partner_word", "hipq.store.records", "hipq.store.base",
     "hipq.partners", "hipq.partners.headers", "hipq.partners.buckets", "hipq.partners.learning",
 )
 MAX_LINES = 700
@@ -350,7 +350,7 @@ def test_at_most_two_engine_modules_call_the_store() -> None:
 
 # the tick's plan and the parts it delegates to: generators, never coroutines
 PLAN_MODULES = ("plan", "selection", "fates", "claims", "inline", "requests", "decide",
-                "batch", "held", "inbox", "leases", "partner", "jobs_on_demand", "rates",
+                "batch", "held", "inbox", "leases", "partner_word", "budgets", "jobs_on_demand", "rates",
                 "result")
 
 
