@@ -113,6 +113,10 @@ class Engine:
                 await self.reconciler.renew_leases()
             except HipqError as exc:
                 log.warning("lease renewal failed: %s", exc, extra={"action": "lease_error"})
+            except asyncio.CancelledError:
+                if self.reconciler.stopping:  # the shutdown cut it short: they are released
+                    return
+                raise
         self._driver.due()
 
     @property

@@ -350,8 +350,8 @@ def test_at_most_two_engine_modules_call_the_store() -> None:
 
 # the tick's plan and the parts it delegates to: generators, never coroutines
 PLAN_MODULES = ("plan", "selection", "fates", "claims", "inline", "requests", "decide",
-                "batch", "held", "inbox", "leases", "partner_word", "budgets", "jobs_on_demand", "rates",
-                "result")
+                "batch", "held", "inbox", "leases", "partner_word", "budgets", "jobs_on_demand",
+                "rates", "result")
 
 
 @pytest.mark.parametrize("module", PLAN_MODULES)
