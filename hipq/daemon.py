@@ -81,6 +81,17 @@ def make_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+
+class _QuietCancel(logging.Filter):
+    """Drops a record whose exception is a cancellation (a job cut short at shutdown)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info is not None
+                    and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+QUIET_CANCEL = _QuietCancel()
+
 class Daemon:
     """``open()`` then ``run(stop=...)``; every resource it opens is registered on one
     :class:`~contextlib.AsyncExitStack`, closed in reverse order by :meth:`shutdown`."""
@@ -238,6 +249,8 @@ class Daemon:
             self._stack.push_async_callback(parts.kafka_consumer.stop)
 
     def _start_scheduler(self) -> None:
+        # a job's task the shutdown cancels is no error (APScheduler logs it as one)
+        logging.getLogger("apscheduler.executors.default").addFilter(QUIET_CANCEL)
         scheduler = AsyncIOScheduler(timezone=UTC)
         scheduler.add_job(self._periodic_tick, "interval", id="reconcile",
                           seconds=self.settings.reconcile.interval_seconds,

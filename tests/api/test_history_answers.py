@@ -120,7 +120,8 @@ async def test_an_answer_the_server_cannot_build_is_a_logged_500(
     assert status == 500, body
     assert body == {"error": {"code": "internal", "message": "internal error (logged)",
                               "details": None}}
-    [logged] = [r for r in caplog.records if r.name.startswith("hipq.api")]
+    [logged] = [r for r in caplog.records if r.name.startswith("hipq.api")
+                and "could not build the answer" in r.getMessage()]
     assert logged.levelno == logging.ERROR
     assert logged.exc_info is not None  # the traceback
     assert "GET /v1/jobs/h/k" in logged.getMessage()

@@ -37,7 +37,8 @@ def test_demo_finishes_with_a_summary(tmp_path: Path) -> None:
     # partner-api: 70% of the 140 jobs that flow, every one succeeded at its first attempt
     assert re.search(r"^partner-api +98 +0 +0 +\d+/30$", out, re.MULTILINE), out
     assert re.search(r"^partner-api: configured 30, its partner takes 5 at once: adaptive "
-                     r"limit settled at 5 \(30 > 25 > .* > 5 in [\d.]+ s, ", out, re.MULTILINE), out
+                     r"limit settled at 5 \(30 > \d+ > .* > 5 in [\d.]+ s, ", out,
+                     re.MULTILINE), out
     partner = re.search(r"(\d+) throttled tries given back, no attempt spent; the partner "
                         r"accepted 98 and refused (\d+) \(429\), never more than 5 at once",
                         out)
