@@ -101,6 +101,7 @@ class Budgets:
         self.partners: dict[str, PartnerSpec] = dict(partners or {})
         self._accounts: dict[AccountKey, Account] = {}
         self._reserved: dict[TryKey, Reservation] = {}
+        self._keyed: dict[str, int] = {}  # partner -> its accounts with a key
         self._paced: dict[AccountKey, float] = {}  # held back: the cost of its first held
         self._queues: dict[str, str] = {}  # queue -> the declared partner it names
         self._served: dict[str, datetime] = {}  # queue -> when it last launched through one
@@ -151,7 +152,10 @@ class Budgets:
         found = self._accounts.get((partner.id, key))
         if found is None:
             if key is not None:
-                self._prune(partner.id)
+                keyed = self._keyed.get(partner.id, 0)
+                if keyed >= MAX_KEYS:
+                    keyed = self._prune(partner.id)
+                self._keyed[partner.id] = keyed + 1
             found = self._accounts[(partner.id, key)] = Account(
                 windows=[Window(Limit(unit=limit.unit, amount=limit.amount,  # type: ignore[arg-type]
                                       per_seconds=limit.per_seconds))
@@ -161,14 +165,16 @@ class Budgets:
     def accounts(self, partner_id: str) -> Iterable[tuple[str | None, Account]]:
         return ((key, acct) for (pid, key), acct in self._accounts.items() if pid == partner_id)
 
-    def _prune(self, partner_id: str) -> None:
+    def _prune(self, partner_id: str) -> int:
+        """A tenth of the partner's keyed accounts go, the idle ones used longest ago
+        (a scan once per thousand new keys, not per key); how many are left."""
         keys = [k for k in self._accounts if k[0] == partner_id and k[1] is not None]
-        if len(keys) < MAX_KEYS:
-            return
         idle = [k for k in keys if self._accounts[k].in_flight == 0]
         idle.sort(key=lambda k: self._accounts[k].last_used or EPOCH)
-        for k in idle[:len(keys) - MAX_KEYS + 1]:
+        gone = idle[:max(len(keys) - MAX_KEYS + MAX_KEYS // 10, 0)]
+        for k in gone:
             del self._accounts[k]
+        return len(keys) - len(gone)
 
     # -- step 2: admission -----------------------------------------------------------------
 
@@ -359,6 +365,7 @@ class Budgets:
         if partner_id is not None and partner_id not in self._queues.values():
             for akey in [k for k in self._accounts if k[0] == partner_id]:
                 del self._accounts[akey]
+            self._keyed.pop(partner_id, None)
         self._served.pop(queue, None)
         self._own.pop(queue, None)
         for tkey in [k for k in self._reserved if k[0] == queue]:

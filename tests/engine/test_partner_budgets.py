@@ -328,3 +328,17 @@ async def test_a_partners_queues_have_one_owner_and_move_together(
     await tick(other)
     launched = len([j for j in first.launched + second.launched if j.queue in QUEUES])
     assert launched == 20
+
+
+def test_keys_are_bounded_and_the_idle_ones_used_longest_ago_go_first() -> None:
+    from hipq.engine import budgets as budgets_module
+
+    partner = PartnerConfig.model_validate({"id": "llm", "by": "k"}).to_spec()
+    book = budgets_module.Budgets({"llm": partner})
+    start = FakeClock().now()
+    for n in range(budgets_module.MAX_KEYS + 50):
+        book.account(partner, f"key{n}").last_used = start + timedelta(seconds=n)
+    kept = {key for key, _ in book.accounts("llm")}
+    assert len(kept) <= budgets_module.MAX_KEYS
+    assert "key0" not in kept  # used longest ago
+    assert f"key{budgets_module.MAX_KEYS + 49}" in kept
